@@ -1,0 +1,22 @@
+"""The book's toolkit: build, show, check, bench, hardware, roofline, record, run.
+
+Op-agnostic: nothing here imports ``kernels`` or ``chapters``. Importing ``utils`` never needs a GPU;
+the first call that does raises :class:`utils.gpu.NoGPU` with one plain sentence.
+"""
+from .gpu import NoGPU, MissingFeature, has_gpu, require_gpu, device_summary, gpu_slug, supports
+from .paths import REPO, KERNELS, RESULTS, CHAPTERS
+
+__all__ = [
+    "NoGPU", "MissingFeature", "has_gpu", "require_gpu", "device_summary", "gpu_slug", "supports",
+    "REPO", "KERNELS", "RESULTS", "CHAPTERS", "setup_notebook",
+]
+
+
+def setup_notebook(notebook: str):
+    """First cell of every chapter: report the device, register ``%%requires``, open the record.
+
+    Returns the chapter's :class:`utils.record.Record` (a no-GPU record when there is no GPU, so that
+    reading the notebook's code still works).
+    """
+    from . import notebook as _nb
+    return _nb.setup(notebook)

@@ -1,0 +1,286 @@
+"""Compile kernels/ sources with NVRTC and load them into CuPy.
+
+One path for every machine: ``cuda.core.Program`` (NVRTC) compiles a ``.cu`` file to a cubin, with the
+ptxas report captured; on a GPU the cubin is loaded as a CuPy ``RawModule``. The CPU-only CI check
+compiles through the same function with the same options, so "it compiles in CI" means "it compiles
+on the H200". Results are cached per (source text, included headers, options, arch): editing a kernel
+file and re-running a cell recompiles it.
+
+Arch: Hopper-only code (wgmma, setmaxnreg) builds for ``sm_90a``; everything else for the running
+GPU's own arch (``sm_90`` when asked without a GPU, the arch the book is executed on).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from .paths import INCLUDE, KERNELS, REPO
+
+DEFAULT_ARCH = "sm_90"  # arch assumed when no GPU is present (CI compile checks)
+HOPPER_ARCH = "sm_90a"
+
+
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a kernel file; the message carries the compiler log."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSource:
+    """A kernels/ file and how to build it.
+
+    ``file`` is relative to kernels/. ``hopper`` builds for sm_90a. ``name_expressions`` instantiates
+    templates (``"gemm<128, 128>"``). ``spill_free`` kernels fail the CI compile check if ptxas reports
+    any spill bytes. ``defines`` become ``-D`` options.
+    """
+
+    file: str
+    hopper: bool = False
+    name_expressions: tuple[str, ...] = ()
+    spill_free: bool = True
+    defines: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def path(self) -> Path:
+        return KERNELS / self.file
+
+    def arch(self, device_arch: str | None = None) -> str:
+        if self.hopper:
+            return HOPPER_ARCH
+        return device_arch or running_arch()
+
+    def program_options(self, arch: str, ptxas_verbose: bool = True):
+        """NVRTC options, the same on every machine. ftz as CuPy's own NVRTC path sets it."""
+        from cuda.core import ProgramOptions
+        return ProgramOptions(
+            name=self.file, arch=arch, std="c++17", ftz=True, lineinfo=True,
+            include_path=[str(INCLUDE), str(self.path.parent), *cuda_include_dirs()],
+            define_macro=[(k, v) for k, v in self.defines] or None,
+            ptxas_options=["-v"] if ptxas_verbose else None,
+        )
+
+    def function(self, name: str):
+        """The CuPy kernel ``name`` (a plain extern "C" name or one of ``name_expressions``)."""
+        return load(self).get_function(name)
+
+    def ptxas(self) -> dict[str, dict]:
+        """Per-kernel ptxas report: registers, shared memory, stack, spills."""
+        return compile_source(self).report
+
+
+@dataclasses.dataclass
+class Compiled:
+    cubin: bytes
+    symbols: dict[str, str]      # name expression -> mangled name
+    log: str                     # the full ptxas/NVRTC log
+    report: dict[str, dict]      # kernel (mangled) name -> resources
+    arch: str
+    inputs: tuple[Path, ...]     # the .cu file and every header it pulled from kernels/include
+
+
+def running_arch() -> str:
+    """'sm_XY' of the GPU present, else the book's target arch (sm_90)."""
+    from .gpu import device_summary, has_gpu
+    if not has_gpu():
+        return DEFAULT_ARCH
+    d = device_summary()
+    return f"sm_{d['major']}{d['minor']}"
+
+
+def local_includes(path: Path) -> tuple[Path, ...]:
+    """The file and every quoted header it includes from kernels/include, recursively, in order."""
+    seen: list[Path] = []
+
+    def visit(p: Path):
+        if p in seen:
+            return
+        seen.append(p)
+        for name in _INCLUDE_RE.findall(p.read_text()):
+            for base in (p.parent, INCLUDE):
+                cand = (base / name).resolve()
+                if cand.exists():
+                    visit(cand)
+                    break
+            else:
+                raise CompileError(f'{p.name}: #include "{name}" not found in {p.parent} or {INCLUDE}')
+
+    visit(path.resolve())
+    return tuple(seen)
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_include_dirs() -> tuple[str, ...]:
+    """Where cuda_bf16.h and friends live: the pip CUDA runtime headers, or the toolkit's."""
+    dirs = []
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+        d = find_nvidia_header_directory("cudart")
+        if d:
+            dirs.append(str(d))
+    except Exception:
+        pass
+    for env in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(env):
+            dirs.append(os.path.join(os.environ[env], "include"))
+    dirs.append("/usr/local/cuda/include")
+    return tuple(d for d in dict.fromkeys(dirs) if os.path.exists(os.path.join(d, "cuda_runtime.h")))[:1]
+
+
+def _fingerprint(src: KernelSource, arch: str, inputs: tuple[Path, ...]) -> str:
+    h = hashlib.sha256()
+    for p in inputs:
+        h.update(str(p.relative_to(REPO)).encode())
+        h.update(p.read_bytes())
+    h.update(repr((arch, src.defines, src.name_expressions)).encode())
+    return h.hexdigest()
+
+
+_compiled: dict[str, Compiled] = {}
+
+
+def compile_source(src: KernelSource, arch: str | None = None) -> Compiled:
+    """Compile with NVRTC to a cubin (no GPU needed). Cached while the sources are unchanged."""
+    if not src.path.exists():
+        raise CompileError(f"kernel file {src.path} does not exist")
+    arch = src.arch(arch)
+    inputs = local_includes(src.path)
+    key = _fingerprint(src, arch, inputs)
+    if key in _compiled:
+        return _compiled[key]
+    from cuda.core import Program
+
+    log = io.StringIO()
+    try:
+        prog = Program(src.path.read_text(), "c++", src.program_options(arch))
+        obj = prog.compile("cubin", name_expressions=src.name_expressions or (), logs=log)
+    except Exception as e:  # NVRTCError carries the log in its message
+        raise CompileError(f"{src.file} ({arch}) failed to compile:\n{e}\n{log.getvalue()}") from None
+    symbols = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in (obj.symbol_mapping or {}).items()}
+    text = log.getvalue()
+    out = Compiled(obj.code, symbols, text, parse_ptxas(text), arch, inputs)
+    _compiled[key] = out
+    _note_inputs(src, inputs)
+    return out
+
+
+_PTXAS_FUNC = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PTXAS_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas(log: str) -> dict[str, dict]:
+    """Turn ``ptxas -v`` output into {kernel: {registers, smem_bytes, stack_bytes, spill_stores, spill_loads}}."""
+    report: dict[str, dict] = {}
+    current = None
+    for line in log.splitlines():
+        m = _PTXAS_FUNC.search(line)
+        if m:
+            current = m.group(1)
+            report[current] = {"registers": 0, "smem_bytes": 0, "stack_bytes": 0,
+                               "spill_stores": 0, "spill_loads": 0}
+            continue
+        if current is None:
+            continue
+        m = _PTXAS_PROPS.search(line)
+        if m:
+            report[current].update(stack_bytes=int(m.group(1)), spill_stores=int(m.group(2)),
+                                   spill_loads=int(m.group(3)))
+            continue
+        m = _PTXAS_USED.search(line)
+        if m:
+            report[current]["registers"] = int(m.group(1))
+            if m.group(2):
+                report[current]["smem_bytes"] = int(m.group(2))
+    return report
+
+
+_modules: dict[int, object] = {}
+
+
+def load(src: KernelSource):
+    """The CuPy RawModule for ``src`` on the current device; recompiled when the file changed."""
+    from .gpu import require, require_gpu
+    require_gpu()
+    if src.hopper:
+        require("wgmma")
+    import cupy
+
+    comp = compile_source(src)
+    cache_key = id(comp)
+    mod = _modules.get(cache_key)
+    if mod is None:
+        cache_dir = Path(tempfile.gettempdir()) / "fa2-book-cubins"
+        cache_dir.mkdir(exist_ok=True)
+        path = cache_dir / (hashlib.sha256(comp.cubin).hexdigest()[:24] + ".cubin")
+        if not path.exists():
+            path.write_bytes(comp.cubin)
+        mod = _NamedModule(cupy.RawModule(path=str(path)), comp.symbols)
+        _modules[cache_key] = mod
+    return mod
+
+
+class _NamedModule:
+    """RawModule that also resolves template name expressions to their mangled names."""
+
+    def __init__(self, raw, symbols: dict[str, str]):
+        self.raw, self.symbols = raw, symbols
+
+    def get_function(self, name: str):
+        return self.raw.get_function(self.symbols.get(name, name))
+
+
+def ptx(src: KernelSource) -> str:
+    """The PTX NVRTC emits for ``src`` (no GPU needed)."""
+    from cuda.core import Program
+    opts = src.program_options(src.arch(), ptxas_verbose=False)
+    obj = Program(src.path.read_text(), "c++", opts).compile("ptx", name_expressions=src.name_expressions or ())
+    code = obj.code
+    return code.decode() if isinstance(code, bytes) else code
+
+
+def sass(src: KernelSource, kernel: str | None = None) -> str:
+    """SASS of the compiled cubin through cuobjdump (present on GPU hosts with the CUDA toolkit)."""
+    import shutil
+    import subprocess
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        try:
+            from cuda.pathfinder import find_nvidia_binary_utility
+            tool = find_nvidia_binary_utility("cuobjdump")
+        except Exception:
+            tool = None
+    if tool is None:
+        raise FileNotFoundError("cuobjdump not found: install the CUDA toolkit to read SASS")
+    comp = compile_source(src)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(comp.cubin)
+        f.flush()
+        args = [tool, "-sass"]
+        if kernel:
+            args += ["-fun", comp.symbols.get(kernel, kernel)]
+        return subprocess.run(args + [f.name], capture_output=True, text=True, check=True).stdout
+
+
+# --- inputs log: which repository files a notebook compiled (for its freshness stamp) -------------
+
+INPUTS_ENV = "BOOK_INPUTS_LOG"
+
+
+def _note_inputs(src: KernelSource, inputs: tuple[Path, ...]) -> None:
+    """Append the files behind a compiled kernel to the log the notebook runner reads, if one is set."""
+    log = os.environ.get(INPUTS_ENV)
+    if not log:
+        return
+    host_side = src.path.with_suffix(".py")
+    files = [*inputs, *([host_side] if host_side.exists() else [])]
+    with open(log, "a") as f:
+        for p in files:
+            f.write(str(p.resolve().relative_to(REPO)) + "\n")

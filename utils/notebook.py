@@ -1,0 +1,48 @@
+"""What the first cell of a chapter calls: report the machine, register ``%%requires``, open the record."""
+from __future__ import annotations
+
+import os
+
+from .gpu import MissingFeature, device_summary, gpu_slug, has_gpu, require_gpu, supports  # noqa: F401
+from .record import Record
+
+
+def requires_magic(line: str, cell: str):
+    """``%%requires FEATURE [FEATURE...]``: run the cell only where the GPU has the features.
+
+    Where it lacks one, print one line and skip the cell, so an A100 reader sees no traceback.
+    """
+    from IPython import get_ipython
+    feats = line.split()
+    missing = [f for f in feats if not supports(f)]
+    if missing:
+        where = device_summary()["name"] if has_gpu() else "this machine (no GPU)"
+        print(f"skipped: this cell needs {', '.join(missing)}, which {where} lacks.")
+        return
+    result = get_ipython().run_cell(cell)
+    result.raise_error()
+
+
+def setup(notebook: str) -> Record:
+    import matplotlib
+    matplotlib.rcParams.update({"figure.dpi": 110, "savefig.dpi": 110, "axes.spines.top": False,
+                                "axes.spines.right": False})
+    try:
+        from IPython import get_ipython
+        ip = get_ipython()
+        if ip is not None:
+            ip.register_magic_function(requires_magic, magic_kind="cell", magic_name="requires")
+    except ImportError:
+        pass
+    if not has_gpu():
+        print("No CUDA GPU on this machine: the cells below cannot run here; the stored outputs show "
+              "this notebook's run on an H200.")
+        return Record(notebook, gpu="no-gpu")
+    from .stamp import environment, stamp_line
+    env = environment()
+    started = os.environ.get("BOOK_RUN_STARTED")
+    print("run on " + stamp_line({**env, "started": started}))
+    return Record(notebook, gpu=gpu_slug())
+
+
+__all__ = ["setup", "requires_magic", "require_gpu"]

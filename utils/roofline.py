@@ -1,0 +1,67 @@
+"""Plots drawn from record entries: the roofline, and bandwidth against the copy ceiling.
+
+Labels are in English so that plots render without CJK fonts.
+"""
+from __future__ import annotations
+
+
+def _label(e: dict) -> str:
+    return e["impl"] + (" (peer)" if e.get("is_peer") else "")
+
+
+def roofline(entries, ceil: dict, *, title: str = "", ax=None):
+    """Arithmetic intensity (FLOP/byte) vs attained TFLOP/s, under the measured ceilings.
+
+    ``ceil`` holds 'copy' (GB/s) and any of 'fma_fp32', 'cublas_bf16' (TFLOP/s). Entries need both
+    ``flops`` and ``bytes``.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+    pts = [e for e in entries if e.get("flops") and e.get("bytes")]
+    if not pts:
+        raise ValueError("roofline needs entries with both a FLOP and a byte count")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    ai = np.array([e["flops"] / e["bytes"] for e in pts])
+    perf = np.array([e["flops"] / (e["ms"] * 1e-3) / 1e12 for e in pts])
+    lo, hi = min(ai.min(), 0.1) / 2, max(ai.max(), 1000) * 2
+    x = np.logspace(np.log10(lo), np.log10(hi), 200)
+    bw = ceil["copy"] * 1e9 / 1e12  # TB/s -> TFLOP/s per FLOP/byte
+    for name, style in (("fma_fp32", "--"), ("cublas_bf16", "-")):
+        if name in ceil:
+            ax.plot(x, np.minimum(bw * x, ceil[name]), style, color="gray", lw=1)
+            ax.text(hi / 1.5, ceil[name] * 1.08, f"{name} {ceil[name]:.0f} TFLOP/s", ha="right",
+                    fontsize=8, color="gray")
+    ax.text(lo * 1.5, bw * lo * 1.5 * 1.3, f"copy {ceil['copy']:.0f} GB/s", rotation=0, fontsize=8,
+            color="gray")
+    for e, a, p in zip(pts, ai, perf):
+        ax.scatter(a, p, marker="s" if e.get("is_peer") else "o", zorder=3)
+        ax.annotate(_label(e), (a, p), textcoords="offset points", xytext=(5, 3), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("attained TFLOP/s")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.2)
+    return ax
+
+
+def bandwidth_bars(entries, copy_gbps: float, *, title: str = "", ax=None):
+    """Attained GB/s of each entry as a bar, with the copy ceiling measured in the same run as a line."""
+    import matplotlib.pyplot as plt
+    pts = [e for e in entries if e["metric_name"] == "GB/s"]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.45 * len(pts) + 1.2))
+    names = [_label(e) for e in pts]
+    vals = [e["metric"] for e in pts]
+    colors = ["tab:gray" if e.get("is_peer") else "tab:blue" for e in pts]
+    ax.barh(names, vals, color=colors)
+    ax.axvline(copy_gbps, color="k", ls="--", lw=1)
+    ax.text(copy_gbps, len(pts) - 0.5, f" copy {copy_gbps:.0f} GB/s", fontsize=8, va="bottom")
+    for i, v in enumerate(vals):
+        ax.text(v, i, f" {v:.0f} ({v / copy_gbps:.0%})", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("GB/s (bytes read + written)")
+    ax.set_xlim(0, max(vals + [copy_gbps]) * 1.25)
+    ax.set_title(title)
+    return ax

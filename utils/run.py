@@ -1,0 +1,120 @@
+"""Execute chapter notebooks in place on a GPU host, stamp them, and write their records.
+
+    python -m utils.run --stale            # the TOC's notebooks (and chapters/ drafts) that are not fresh
+    python -m utils.run --all              # every notebook in chapters/
+    python -m utils.run chapters/04-memory-hierarchy.ipynb ...
+    python -m utils.run --stale --budget-s 540   # stop starting notebooks after 9 minutes
+
+A host may allow only minutes per command: with ``--budget-s`` the run stops before starting a
+notebook it might not finish, and says which are left, so the book executes in parts.
+Exit status is non-zero if any notebook failed; a failed notebook is written with its error output
+and without a stamp, so ``make check-notebooks`` names it.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .paths import CHAPTERS, REPO
+from .stamp import STAMP_KEY, problems, source_sha256, toc_notebooks
+
+
+def all_notebooks() -> list[Path]:
+    return sorted(CHAPTERS.glob("*.ipynb"))
+
+
+def stale_notebooks() -> list[Path]:
+    ordered = list(dict.fromkeys([*toc_notebooks(), *all_notebooks()]))
+    return [p for p in ordered if p.exists() and problems(p)]
+
+
+def execute(path: Path, cell_timeout: int = 600) -> tuple[bool, float, str]:
+    """Run one notebook top to bottom with nbclient; stamp it on success. Returns (ok, wall_s, error)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    from .stamp import environment
+
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata.pop(STAMP_KEY, None)
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with tempfile.NamedTemporaryFile("w+", suffix=".inputs", delete=False) as log:
+        log_path = log.name
+    env_before = {k: os.environ.get(k) for k in ("BOOK_INPUTS_LOG", "BOOK_RUN_STARTED", "PYTHONPATH")}
+    os.environ["BOOK_INPUTS_LOG"] = log_path
+    os.environ["BOOK_RUN_STARTED"] = started
+    # The kernel must import utils/ and kernels/ whatever its working directory.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env_before["PYTHONPATH"]) if p)
+    t0 = time.time()
+    error = ""
+    try:
+        client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
+                                resources={"metadata": {"path": str(path.parent)}})
+        client.execute()
+        ok = True
+    except CellExecutionError as e:
+        ok, error = False, str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
+    except Exception as e:  # kernel died, timeout
+        ok, error = False, f"{type(e).__name__}: {e}"
+    finally:
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    wall = time.time() - t0
+    inputs = sorted(set(Path(log_path).read_text().split()))
+    os.unlink(log_path)
+    if ok:
+        stamp = {**environment(), "started": started, "wall_s": round(wall, 1), "inputs": inputs}
+        raw = json.loads(nbformat.writes(nb))
+        stamp["source_sha256"] = source_sha256(raw, inputs)
+        nb.metadata[STAMP_KEY] = stamp
+    nbformat.write(nb, path)
+    return ok, wall, error
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("notebooks", nargs="*", type=Path)
+    ap.add_argument("--stale", action="store_true", help="only notebooks that are not fresh")
+    ap.add_argument("--all", action="store_true", help="every notebook in chapters/")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="do not start another notebook after this many seconds")
+    ap.add_argument("--expect-s", type=float, default=90,
+                    help="how long a notebook may take, for the budget (default 90 s)")
+    args = ap.parse_args(argv)
+    from .gpu import require_gpu
+    require_gpu()
+    if args.notebooks:
+        todo = [p.resolve() for p in args.notebooks]
+    elif args.all:
+        todo = all_notebooks()
+    elif args.stale:
+        todo = stale_notebooks()
+    else:
+        ap.error("name notebooks, or pass --stale or --all")
+    t_start, failed, done = time.time(), [], []
+    for i, p in enumerate(todo):
+        spent = time.time() - t_start
+        if args.budget_s is not None and spent + args.expect_s > args.budget_s:
+            left = [str(q.relative_to(REPO)) for q in todo[i:]]
+            print(f"budget: {spent:.0f} s spent; left for the next command: {' '.join(left)}")
+            break
+        ok, wall, err = execute(p)
+        rel = p.relative_to(REPO)
+        print(f"{'ok  ' if ok else 'FAIL'} {rel} {wall:6.1f} s {err}", flush=True)
+        (done if ok else failed).append(rel)
+    print(f"executed {len(done)} notebook(s) in {time.time() - t_start:.0f} s; {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
