@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Run the book on a GPU host in one command, online or air-gapped.
+#
+#   scripts/gpu_session.sh [--tests] [--nbval] [--run "RUN ARGS"] [--out DIR]
+#
+#   --tests         the whole test suite (CPU tests, NVRTC compile checks, GPU kernel tests)
+#   --nbval         nbval over the TOC's notebooks (re-executes them; slow)
+#   --run ARGS      python -m utils.run ARGS, e.g. --run "--stale --budget-s 480"
+#   --out DIR       where logs and the tarball of executed notebooks + results go (default $OUT or gpu_out)
+#
+# Wheels for what the host lacks (make wheelhouse, on a connected machine) are installed from .whl/
+# into /tmp/site with no index. Everything is logged; the tarball book_outputs.tar.gz holds
+# chapters/*.ipynb and results/ as this run left them, to unpack into the checkout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${OUT:-gpu_out}
+TESTS=0; NBVAL=0; RUN_ARGS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tests) TESTS=1 ;;
+    --nbval) NBVAL=1 ;;
+    --run) RUN_ARGS="$2"; shift ;;
+    --out) OUT_DIR="$2"; shift ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1
+status=0
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || { echo "wheel install failed" >&2; exit 3; }
+  export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 - <<'PY'
+import importlib
+for m in ("cupy", "torch", "triton", "cuda.core", "cuda.bindings", "numpy", "ml_dtypes", "nbclient", "nbval"):
+    try:
+        mod = importlib.import_module(m)
+        print(f"{m} {getattr(mod, '__version__', '?')}")
+    except Exception as e:
+        print(f"{m} missing ({type(e).__name__})")
+PY
+} 2>&1 | tee "$OUT_DIR/env.log"
+
+if [ "$TESTS" = 1 ]; then
+  python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT_DIR/tests.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if [ -n "$RUN_ARGS" ]; then
+  # shellcheck disable=SC2086
+  python3 -m utils.run $RUN_ARGS 2>&1 | tee "$OUT_DIR/run.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if [ "$NBVAL" = 1 ]; then
+  nbs=$(python3 -c "from utils.stamp import toc_notebooks; print(' '.join(map(str, toc_notebooks())))")
+  # shellcheck disable=SC2086
+  python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env $nbs 2>&1 | tee "$OUT_DIR/nbval.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+tar czf "$OUT_DIR/book_outputs.tar.gz" chapters/*.ipynb results 2>/dev/null || true
+exit $status
