@@ -15,8 +15,8 @@ __all__ = [
 def setup_notebook(notebook: str):
     """First cell of every chapter: report the device, register ``%%requires``, open the record.
 
-    Returns the chapter's :class:`utils.record.Record` (a no-GPU record when there is no GPU, so that
-    reading the notebook's code still works).
+    Returns the chapter's :class:`utils.record.Record`. Without a GPU it raises :class:`NoGPU`, which
+    Jupyter shows as one sentence, so "Run All" stops at the first cell instead of failing everywhere.
     """
     from . import notebook as _nb
     return _nb.setup(notebook)

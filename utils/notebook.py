@@ -34,10 +34,7 @@ def setup(notebook: str) -> Record:
             ip.register_magic_function(requires_magic, magic_kind="cell", magic_name="requires")
     except ImportError:
         pass
-    if not has_gpu():
-        print("No CUDA GPU on this machine: the cells below cannot run here; the stored outputs show "
-              "this notebook's run on an H200.")
-        return Record(notebook, gpu="no-gpu")
+    require_gpu()  # without a GPU: one sentence (utils.NoGPU), and Run All stops here
     from .stamp import environment, stamp_line
     env = environment()
     started = os.environ.get("BOOK_RUN_STARTED")
