@@ -40,6 +40,9 @@ def test_entry_metric_from_cost_model():
     f = make_entry(chapter="02", op="gemm", impl="x", dtype="bfloat16", shape=(8, 8, 8), ms=1.0,
                    run="r", flops=1e9)
     assert f["metric_name"] == "TFLOP/s" and f["metric"] == pytest.approx(1.0)
+    g = make_entry(chapter="03", op="launch", impl="empty", dtype="none", shape=(1,), ms=0.002, run="r",
+                   metric_name="us")
+    assert g["metric"] == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("kw", [dict(ms=0), dict(ms=-1.0), dict(ms=1.0, metric_name="GB/s"),

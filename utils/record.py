@@ -23,7 +23,11 @@ def new_run_id(notebook: str) -> str:
 def make_entry(*, chapter: str, op: str, impl: str, dtype: str, shape, ms: float, run: str,
                is_peer: bool = False, nbytes: float | None = None, flops: float | None = None,
                metric_name: str | None = None, **extra) -> dict:
-    """One record entry; the metric follows from the cost model (TFLOP/s if flops count, else GB/s)."""
+    """One record entry; the metric follows from the cost model (TFLOP/s if flops count, else GB/s).
+
+    Latency experiments (launch cost, pointer chasing) use metric_name "us": the metric is the time
+    itself in microseconds, lower is better.
+    """
     if ms is None or not ms > 0:
         raise ValueError(f"{op}/{impl}: time must be a positive number of milliseconds, got {ms!r}")
     if metric_name is None:
@@ -36,8 +40,10 @@ def make_entry(*, chapter: str, op: str, impl: str, dtype: str, shape, ms: float
         if not nbytes:
             raise ValueError(f"{op}/{impl}: GB/s needs a byte count")
         metric = gbps(nbytes, ms)
+    elif metric_name == "us":
+        metric = ms * 1e3
     else:
-        raise ValueError(f"metric_name must be 'GB/s' or 'TFLOP/s', got {metric_name!r}")
+        raise ValueError(f"metric_name must be 'GB/s', 'TFLOP/s' or 'us', got {metric_name!r}")
     entry = dict(chapter=chapter, op=op, impl=impl, is_peer=bool(is_peer), dtype=str(dtype),
                  shape=[int(s) for s in shape], ms=float(ms), metric_name=metric_name,
                  metric=float(metric), run=run, bytes=nbytes, flops=flops)
