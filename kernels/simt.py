@@ -1,0 +1,315 @@
+"""Chapter 1 host side: vector add (three versions), the divergence and latency-hiding experiments.
+
+Everything here imports without a GPU: references, cost models, grid arithmetic and the occupancy
+estimate are plain Python/NumPy; CuPy is imported inside the functions that launch.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from utils.build import KernelSource
+from utils.ops import Version, expect_array, expect_same_device, registry
+
+SOURCE = KernelSource("simt.cu")
+
+THREADS = 256          # threads per block for vector add and the branch experiment
+WARP = 32
+
+# --- cost models -----------------------------------------------------------------------------------
+
+
+def vector_add_nbytes(n: int, itemsize: int = 4) -> int:
+    """Minimum bytes of c = a + b: read a and b, write c."""
+    return 3 * int(n) * itemsize
+
+
+def vector_add_flops(n: int) -> int:
+    return int(n)
+
+
+def branch_flops(n: int, iters: int) -> int:
+    """Useful FLOPs of the branch experiment: 4 chains x iters FMAs x 2 FLOP per element."""
+    return 8 * int(n) * int(iters)
+
+
+def read_sum_nbytes(n4: int, threads_total: int) -> int:
+    """The read kernel streams n4 float4 (16 B each) and writes one float per thread."""
+    return 16 * int(n4) + 4 * int(threads_total)
+
+
+def bytes_in_flight_per_sm(warps_per_sm: int, ilp: int, bytes_per_load: int = 16) -> int:
+    """Upper bound on load bytes outstanding on one SM: every warp has all its ILP loads in flight."""
+    return int(warps_per_sm) * WARP * bytes_per_load * int(ilp)
+
+
+def littles_law_gbps(inflight_bytes_per_sm: float, sms: int, latency_ns: float) -> float:
+    """Bandwidth that `inflight` bytes per SM sustain at a given latency: B = bytes in flight / latency."""
+    return inflight_bytes_per_sm * sms / latency_ns        # bytes per ns = GB/s
+
+
+# --- references --------------------------------------------------------------------------------------
+
+
+def vector_add_ref(a, b):
+    """fp32 addition is correctly rounded: every correct kernel matches this bit for bit."""
+    return a + b
+
+
+def branch_ref(x, paths: int, iters: int, by_lane: bool):
+    """Exact result of branch_by_lane / branch_by_warp with c = 1 on integer-valued x.
+
+    Element i runs in lane i % 32 of warp i // 32 (blocks are multiples of 32 threads); it takes
+    path p = (lane or warp) % paths and adds d = p + 1 to four chains x, x+1, x+2, x+3, iters times.
+    """
+    try:
+        import cupy
+        xp = cupy.get_array_module(x)
+    except ImportError:
+        xp = np
+    i = xp.arange(x.shape[0], dtype=xp.int64)
+    sel = (i % WARP) if by_lane else (i // WARP)
+    p = sel % paths
+    return 4.0 * x.astype(xp.float64) + 6.0 + 4.0 * iters * (p + 1).astype(xp.float64)
+
+
+def read_sum_ref(x4sum, threads_total: int):
+    """Per-thread sums of the read kernel: thread t adds float4 number t, t + T, t + 2T, ...
+
+    ``x4sum`` holds the sum of each float4 (float64, length n4). Returns float64 of length T.
+    """
+    try:
+        import cupy
+        xp = cupy.get_array_module(x4sum)
+    except ImportError:
+        xp = np
+    T = int(threads_total)
+    n4 = x4sum.shape[0]
+    pad = (-n4) % T
+    s = xp.concatenate([x4sum.astype(xp.float64), xp.zeros(pad, dtype=xp.float64)])
+    return s.reshape(-1, T).sum(axis=0)
+
+
+def integer_valued(n: int, lo: int = -1000, hi: int = 1000, xp=None):
+    """Random integers stored as fp32: FMA chains on them stay exact (every value below 2**24)."""
+    if xp is None:
+        import cupy as xp
+    return xp.random.randint(lo, hi + 1, size=n).astype(xp.float32)
+
+
+# --- grids and occupancy ----------------------------------------------------------------------------
+
+
+def _check_threads(threads: int, most: int = 1024) -> int:
+    if not isinstance(threads, (int, np.integer)) or threads <= 0 or threads % WARP or threads > most:
+        raise ValueError(f"threads per block must be a positive multiple of 32 up to {most}, got {threads!r}")
+    return int(threads)
+
+
+def grid_one_per_thread(n: int, threads: int = THREADS) -> int:
+    """v0: one thread per element, so the grid grows with n."""
+    return max(1, math.ceil(int(n) / threads))
+
+
+def grid_stride_blocks(items: int, sms: int, blocks_per_sm: int, threads: int = THREADS) -> int:
+    """v1/v2: blocks = blocks_per_sm x SMs, never more than there are items to give a thread."""
+    if blocks_per_sm < 1:
+        raise ValueError(f"blocks_per_sm must be at least 1, got {blocks_per_sm}")
+    return max(1, min(int(sms) * int(blocks_per_sm), math.ceil(int(items) / threads)))
+
+
+def occupancy_estimate(registers: int, threads: int, *, regs_per_sm: int = 65536, max_warps: int = 64,
+                       max_blocks: int = 32, sub_partitions: int = 4, alloc_unit: int = 256) -> int:
+    """Resident blocks per SM allowed by registers and thread slots (Hopper rules, no shared memory).
+
+    Registers are given out per warp in units of 256 and each of the 4 schedulers owns a quarter of
+    the register file, as the CUDA occupancy calculator models it. The driver's answer
+    (:func:`resident_blocks_per_sm`) is the one launches use; this estimate explains it.
+    """
+    warps_per_block = math.ceil(threads / WARP)
+    regs_per_warp = math.ceil(max(registers, 1) * WARP / alloc_unit) * alloc_unit
+    warps_by_regs = (regs_per_sm // sub_partitions // regs_per_warp) * sub_partitions
+    warps = min(max_warps, warps_by_regs)
+    return min(max_blocks, warps // warps_per_block)
+
+
+def resident_blocks_per_sm(kernel: str, threads: int, smem: int = 0) -> int:
+    """The driver's occupancy calculator: blocks of ``threads`` of ``kernel`` resident on one SM."""
+    import cupy
+    fn = SOURCE.function(kernel)
+    return int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, int(threads),
+                                                                           int(smem)))
+
+
+def _sms() -> int:
+    from utils.gpu import device_summary
+    return device_summary()["sms"]
+
+
+# --- vector add launchers ---------------------------------------------------------------------------
+
+
+def _vector_args(a, b, c, align: int) -> int:
+    expect_array(a, "a", dtype=np.float32, ndim=1, align=align)
+    n = a.shape[0]
+    expect_array(b, "b", dtype=np.float32, shape=(n,), align=align)
+    expect_array(c, "c", dtype=np.float32, shape=(n,), align=align)
+    expect_same_device(a, b, c)
+    return n
+
+
+def launch_v0(a, b, c, *, threads: int = THREADS):
+    """c = a + b with one thread per element."""
+    n = _vector_args(a, b, c, align=4)
+    threads = _check_threads(threads)
+    if n == 0:
+        return c
+    fn = SOURCE.function("vector_add_v0_one_per_thread")
+    fn((grid_one_per_thread(n, threads),), (threads,), (a, b, c, np.int64(n)))
+    return c
+
+
+def launch_v1(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREADS):
+    """c = a + b, grid-stride loop over a grid of blocks_per_sm x SMs (default: one full wave)."""
+    n = _vector_args(a, b, c, align=4)
+    threads = _check_threads(threads)
+    if n == 0:
+        return c
+    name = "vector_add_v1_grid_stride"
+    bps = blocks_per_sm or resident_blocks_per_sm(name, threads)
+    SOURCE.function(name)((grid_stride_blocks(n, _sms(), bps, threads),), (threads,),
+                          (a, b, c, np.int64(n)))
+    return c
+
+
+def launch_v2(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREADS):
+    """c = a + b with float4 loads/stores in a grid-stride loop, scalar tail; needs 16-byte alignment."""
+    n = _vector_args(a, b, c, align=16)
+    threads = _check_threads(threads)
+    if n == 0:
+        return c
+    name = "vector_add_v2_float4"
+    bps = blocks_per_sm or resident_blocks_per_sm(name, threads)
+    # at least one block even when n < 4: its threads 0..2 write the scalar tail
+    SOURCE.function(name)((grid_stride_blocks(max(n // 4, 1), _sms(), bps, threads),), (threads,),
+                          (a, b, c, np.int64(n)))
+    return c
+
+
+VERSIONS = registry(
+    Version("vector_add_v0_one_per_thread", "v0_one_per_thread", launch_v0,
+            "one thread per element; the grid grows with n"),
+    Version("vector_add_v1_grid_stride", "v1_grid_stride", launch_v1,
+            "a fixed grid (one full wave of resident blocks) walks the array with a grid-stride loop"),
+    Version("vector_add_v2_float4", "v2_float4", launch_v2,
+            "16-byte float4 loads and stores in the grid-stride loop; scalar tail for n % 4"),
+)
+
+
+# --- branch divergence -------------------------------------------------------------------------------
+
+BRANCH_KERNELS = {"lane": "branch_by_lane", "warp": "branch_by_warp"}
+
+
+def launch_branch(by: str, x, y, *, paths: int, iters: int, c: float = 1.0, threads: int = THREADS):
+    """y = branch work on x, with ``paths`` branches chosen by the lane ('lane') or the warp ('warp')."""
+    if by not in BRANCH_KERNELS:
+        raise ValueError(f"by must be 'lane' or 'warp', got {by!r}")
+    if not 1 <= int(paths) <= WARP:
+        raise ValueError(f"paths must be within 1..32, got {paths}")
+    if int(iters) < 0:
+        raise ValueError(f"iters must be non-negative, got {iters}")
+    threads = _check_threads(threads)
+    expect_array(x, "x", dtype=np.float32, ndim=1, align=4)
+    n = x.shape[0]
+    expect_array(y, "y", dtype=np.float32, shape=(n,), align=4)
+    if n >= 2**31:
+        raise ValueError(f"x has {n} elements; the branch kernels index with int32 (< 2**31)")
+    if n == 0:
+        return y
+    SOURCE.function(BRANCH_KERNELS[by])((grid_one_per_thread(n, threads),), (threads,),
+                                        (x, y, np.int32(n), np.int32(paths), np.int32(iters),
+                                         np.float32(c)))
+    return y
+
+
+def active_masks(paths: int) -> np.ndarray:
+    """One warp, ``paths`` branches by lane: the __activemask() each lane saw inside its branch."""
+    if not 1 <= int(paths) <= WARP:
+        raise ValueError(f"paths must be within 1..32, got {paths}")
+    import cupy
+    m = cupy.zeros(WARP, dtype=cupy.uint32)
+    SOURCE.function("branch_active_mask")((1,), (WARP,), (m, np.int32(paths)))
+    return m.get()
+
+
+def expected_masks(paths: int) -> np.ndarray:
+    """Lanes that share a branch when they all run together: {l : l % paths == lane % paths}."""
+    lanes = np.arange(WARP)
+    out = np.zeros(WARP, dtype=np.uint32)
+    for lane in lanes:
+        same = lanes[lanes % paths == lane % paths]
+        out[lane] = np.uint32(sum(1 << int(s) for s in same))
+    return out
+
+
+# --- latency hiding: the read stream ----------------------------------------------------------------
+
+READ_ILPS = (1, 2, 4, 8)
+READ_WARPS = (2, 4, 8, 16, 32, 64)      # resident warps per SM in the sweep
+READ_MAX_THREADS = 256                  # the kernels' __launch_bounds__
+
+
+def read_config(warps_per_sm: int) -> tuple[int, int]:
+    """(threads per block, blocks per SM) giving ``warps_per_sm`` warps on each SM."""
+    if warps_per_sm < 1:
+        raise ValueError(f"warps_per_sm must be at least 1, got {warps_per_sm}")
+    threads = min(READ_MAX_THREADS, WARP * int(warps_per_sm))
+    if (WARP * warps_per_sm) % threads:
+        raise ValueError(f"{warps_per_sm} warps per SM is not a whole number of {threads}-thread blocks")
+    return threads, WARP * int(warps_per_sm) // threads
+
+
+def read_kernel(ilp: int) -> str:
+    if ilp not in READ_ILPS:
+        raise ValueError(f"ilp must be one of {READ_ILPS}, got {ilp!r}")
+    return f"read_sum_ilp{ilp}"
+
+
+def launch_read_sum(x4, out, smid, *, ilp: int, threads: int, blocks: int):
+    """Stream x4 ([n4, 4] fp32, 16-byte aligned) with ``blocks`` x ``threads`` threads, ILP loads each.
+
+    out: [blocks * threads] fp32, one partial sum per thread. smid: [blocks] int32, the SM of each block.
+    """
+    name = read_kernel(ilp)
+    threads = _check_threads(threads, READ_MAX_THREADS)
+    if int(blocks) < 1:
+        raise ValueError(f"blocks must be at least 1, got {blocks}")
+    expect_array(x4, "x4", dtype=np.float32, ndim=2, shape=(None, 4), align=16)
+    expect_array(out, "out", dtype=np.float32, shape=(int(blocks) * threads,), align=4)
+    expect_array(smid, "smid", dtype=np.int32, shape=(int(blocks),), align=4)
+    SOURCE.function(name)((int(blocks),), (threads,), (x4, np.int64(x4.shape[0]), out, smid))
+    return out
+
+
+# --- reading the compiler's output --------------------------------------------------------------------
+
+
+def ptx_entry(ptx_text: str, kernel: str) -> str:
+    """The body of one ``.entry`` in a PTX listing."""
+    start = ptx_text.find(f".entry {kernel}(")
+    if start < 0:
+        raise KeyError(f"no .entry {kernel} in the PTX")
+    end = ptx_text.find("\n}", start)
+    return ptx_text[start:end + 2]
+
+
+def ptx_memory_ops(ptx_text: str, kernel: str) -> list[str]:
+    """The global loads and stores of one kernel, as PTX instructions (operands dropped)."""
+    ops = []
+    for line in ptx_entry(ptx_text, kernel).splitlines():
+        tok = line.strip().split()
+        if tok and (tok[0].startswith("ld.global") or tok[0].startswith("st.global")):
+            ops.append(tok[0])
+    return ops
