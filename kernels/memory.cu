@@ -1,0 +1,98 @@
+// memory.cu: microbenchmarks of the memory hierarchy (chapter 4). Each kernel isolates one effect:
+//
+//   memory_pointer_chase       one thread follows a random cycle of dependent loads: latency per load
+//                              at each level (L1, L2, HBM), depending on the working-set size
+//   memory_strided_copy        y[t] = x[t * stride]: what uncoalesced reads cost (32-byte sectors)
+//   memory_copy_f1/_f2/_f4     y = x with 4-, 8- and 16-byte accesses per thread (same bytes in all)
+//   memory_smem_row            a warp reads a row of a 32x32 fp32 tile in shared memory (reference)
+//   memory_smem_col            ... reads a column of the unpadded tile: a 32-way bank conflict
+//   memory_smem_col_padded     ... of a [32][33] tile: no conflict
+//   memory_smem_col_swizzled   ... of an unpadded tile stored with column ^ row: no conflict
+#include "common.cuh"
+
+// [[snippet: pointer_chase]]
+// One thread, one dependent chain: the address of load i+1 is the value of load i, so no two loads
+// overlap and the kernel's time divided by `hops` is the latency of one load. `next` holds a random
+// cyclic permutation of nodes spaced 128 bytes apart (one node per cache line).
+extern "C" __global__ void memory_pointer_chase(const unsigned* next, unsigned start,
+                                                unsigned long long hops, unsigned* sink) {
+    unsigned j = start;
+    for (unsigned long long i = 0; i < hops; ++i) j = next[j];
+    sink[0] = j;  // the node where the walk ended: keeps the chain alive and lets the host check it
+}
+// [[/snippet]]
+
+// [[snippet: strided_copy]]
+// Thread t reads x[t * stride] and writes y[t]: writes are always coalesced, reads touch one
+// 32-byte sector per `8 / stride` threads (stride < 8) or one sector per thread (stride >= 8).
+extern "C" __global__ void memory_strided_copy(const float* __restrict__ x, float* __restrict__ y,
+                                               unsigned n, unsigned stride) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) y[t] = x[(size_t)t * stride];
+}
+// [[/snippet]]
+
+// [[snippet: copy_vec]]
+// The same copy with 4-, 8- or 16-byte elements: one element of type T per thread, so the float4
+// version has a quarter of the threads, instructions and requests of the float one.
+template <typename T>
+__device__ __forceinline__ void copy_one(const T* __restrict__ x, T* __restrict__ y, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
+}
+
+extern "C" __global__ void memory_copy_f1(const float* __restrict__ x, float* __restrict__ y,
+                                          unsigned long long n) { copy_one(x, y, n); }
+extern "C" __global__ void memory_copy_f2(const float2* __restrict__ x, float2* __restrict__ y,
+                                          unsigned long long n) { copy_one(x, y, n); }
+extern "C" __global__ void memory_copy_f4(const float4* __restrict__ x, float4* __restrict__ y,
+                                          unsigned long long n) { copy_one(x, y, n); }
+// [[/snippet]]
+
+// [[snippet: smem_banks]]
+// Shared memory has 32 banks of 4 bytes: word address a lives in bank a % 32. A warp's load is
+// served in one pass when its 32 lanes hit 32 different banks (or the same word); k lanes on
+// different words of one bank take k passes (a k-way conflict).
+//
+// Each block copies a 32x32 tile of x into shared memory, then every warp reads it `reps` times,
+// 32 loads per lane per rep; lane l sums what it read. MODE picks the access and the layout:
+//   0: row      lane l reads element (c, l)  at word c * LD + l        banks l          (no conflict)
+//   1: column   lane l reads element (l, c)  at word l * LD + c        LD = 32: bank c  (32-way)
+//                                                                      LD = 33: bank (l + c) % 32
+//   2: swizzled element (r, c) is stored at word r * 32 + (c ^ r);     bank c ^ l       (no conflict)
+template <int LD, int MODE>
+__device__ __forceinline__ int smem_word(int lane, int c) {
+    if (MODE == 0) return c * LD + lane;
+    if (MODE == 1) return lane * LD + c;
+    return lane * LD + (c ^ lane);
+}
+
+template <int LD, int MODE>
+__device__ __forceinline__ void smem_read(const float* __restrict__ x, float* __restrict__ y, int reps) {
+    __shared__ float tile[32 * LD];  // [32, LD] floats: the block's 32x32 tile (+ padding if LD = 33)
+    const float* src = x + (size_t)blockIdx.x * 1024;
+    for (int e = threadIdx.x; e < 1024; e += blockDim.x) {
+        const int r = e / 32, c = e % 32;
+        tile[r * LD + (MODE == 2 ? (c ^ r) : c)] = src[e];
+    }
+    __syncthreads();
+    volatile float* t = tile;  // volatile: every load is issued, none merged or hoisted
+    const int lane = threadIdx.x % 32;
+    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+    for (int k = 0; k < reps; ++k) {
+#pragma unroll
+        for (int c = 0; c < 32; c += 4) {
+            acc0 += t[smem_word<LD, MODE>(lane, c + 0)];
+            acc1 += t[smem_word<LD, MODE>(lane, c + 1)];
+            acc2 += t[smem_word<LD, MODE>(lane, c + 2)];
+            acc3 += t[smem_word<LD, MODE>(lane, c + 3)];
+        }
+    }
+    y[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = (acc0 + acc1) + (acc2 + acc3);
+}
+
+extern "C" __global__ void memory_smem_row(const float* x, float* y, int reps) { smem_read<32, 0>(x, y, reps); }
+extern "C" __global__ void memory_smem_col(const float* x, float* y, int reps) { smem_read<32, 1>(x, y, reps); }
+extern "C" __global__ void memory_smem_col_padded(const float* x, float* y, int reps) { smem_read<33, 1>(x, y, reps); }
+extern "C" __global__ void memory_smem_col_swizzled(const float* x, float* y, int reps) { smem_read<32, 2>(x, y, reps); }
+// [[/snippet]]

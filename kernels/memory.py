@@ -1,0 +1,224 @@
+"""Memory-hierarchy microbenchmarks (chapter 4): pointer chasing, strided reads, vector widths, banks.
+
+Each experiment has its launcher (validating its arguments), its reference and its cost model here;
+the chapter only sweeps sizes and plots. Functions that build inputs take ``xp`` (NumPy or CuPy), so
+their logic is tested on a CPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from utils.build import KernelSource
+from utils.ops import expect_array, expect_same_device
+
+SOURCE = KernelSource("memory.cu")
+
+BLOCK = 256
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+def _size(a) -> int:
+    return int(np.prod(a.shape, dtype=np.int64))
+
+
+# --- pointer chasing: latency per dependent load ----------------------------------------------------
+
+LINE_BYTES = 128                # one node per 128-byte cache line
+NODE_STRIDE = LINE_BYTES // 4   # uint32 words between consecutive nodes
+
+
+@dataclasses.dataclass
+class Chase:
+    """A random cycle through ``n_nodes`` nodes, one per 128-byte line of a ``ws_bytes`` buffer.
+
+    ``next[order[k] * NODE_STRIDE] = order[k + 1] * NODE_STRIDE`` (cyclically): following ``next``
+    from ``start`` visits every line once per lap, in random order.
+    """
+    next: object
+    order: object
+    start: int
+    n_nodes: int
+    ws_bytes: int
+
+    def end_after(self, hops: int) -> int:
+        """The word index where a walk of ``hops`` loads from ``start`` ends."""
+        return int(self.order[hops % self.n_nodes]) * NODE_STRIDE
+
+
+def make_chase(ws_bytes: int, xp=None) -> Chase:
+    """A pointer-chasing buffer of ``ws_bytes`` (a multiple of 128, at least two lines)."""
+    xp = xp or _cupy()
+    if ws_bytes % LINE_BYTES or ws_bytes < 2 * LINE_BYTES:
+        raise ValueError(f"ws_bytes: expected a multiple of {LINE_BYTES} of at least {2 * LINE_BYTES}, got {ws_bytes}")
+    if ws_bytes // 4 > 2**32 - 1:
+        raise ValueError(f"ws_bytes: {ws_bytes} bytes need word indices beyond uint32")
+    n = ws_bytes // LINE_BYTES
+    order = xp.random.permutation(n)
+    nxt = xp.zeros(n * NODE_STRIDE, dtype=xp.uint32)
+    nxt[order * NODE_STRIDE] = (xp.roll(order, -1) * NODE_STRIDE).astype(xp.uint32)
+    return Chase(nxt, order, int(order[0]) * NODE_STRIDE, n, ws_bytes)
+
+
+def chase_plan(ws_bytes: int, l2_bytes: int, *, min_hops: int = 1 << 17, cold_hops: int = 1 << 15):
+    """How to walk a working set: (hops, flush_l2).
+
+    A working set that fits in half the L2 is walked in whole laps (at least ``min_hops`` loads) with
+    the caches left warm between repetitions, so every load after the first lap hits the level that
+    holds the set. A larger one is walked for ``cold_hops`` loads (less than a lap: no line is visited
+    twice) after the L2 has been flushed, so every load goes to HBM.
+    """
+    n = ws_bytes // LINE_BYTES
+    if ws_bytes <= l2_bytes // 2:
+        laps = max(1, -(-min_hops // n))
+        return n * laps, False
+    return min(cold_hops, n), True
+
+
+def pointer_chase(chase: Chase, hops: int, sink):
+    """One thread follows ``hops`` links of ``chase``; ``sink[0]`` receives the end node."""
+    expect_array(chase.next, "chase.next", dtype=np.uint32, ndim=1)
+    expect_array(sink, "sink", dtype=np.uint32, ndim=1, align=4)
+    if not 1 <= hops < 2**63:
+        raise ValueError(f"hops: expected a positive count, got {hops}")
+    SOURCE.function("memory_pointer_chase")((1,), (1,), (chase.next, np.uint32(chase.start),
+                                                         np.uint64(hops), sink))
+
+
+# --- coalescing: strided reads ----------------------------------------------------------------------
+
+SECTOR_BYTES = 32
+
+
+def strided_copy(x, y, stride: int):
+    """``y[t] = x[t * stride]`` for every t < y.size (fp32)."""
+    expect_array(x, "x", dtype=np.float32, ndim=1)
+    expect_array(y, "y", dtype=np.float32, ndim=1)
+    expect_same_device(x, y)
+    n = _size(y)
+    if not 1 <= stride < 2**31:
+        raise ValueError(f"stride: expected a positive int32, got {stride}")
+    if n < 1 or n >= 2**32:
+        raise ValueError(f"y: expected 1 to 2**32 - 1 elements, got {n}")
+    if (n - 1) * stride + 1 > _size(x):
+        raise ValueError(f"x: stride {stride} over {n} outputs needs {(n - 1) * stride + 1} elements, "
+                         f"x has {_size(x)}")
+    SOURCE.function("memory_strided_copy")((-(-n // BLOCK),), (BLOCK,),
+                                           (x, y, np.uint32(n), np.uint32(stride)))
+    return y
+
+
+def strided_reference(x, n: int, stride: int):
+    return x[: (n - 1) * stride + 1: stride]
+
+
+def strided_model(stride: int, sector_bytes: int = SECTOR_BYTES) -> float:
+    """Predicted effective bandwidth of the strided copy as a fraction of a plain copy.
+
+    Useful bytes are 4 read + 4 written per element. The reads cost a whole sector per
+    ``sector_bytes / 4 / stride`` elements, so they move ``4 * min(stride, sector_bytes / 4)`` bytes per
+    element; writes stay coalesced (4 bytes). Fraction = 8 / (4 * min(stride, sector/4) + 4).
+    """
+    words = sector_bytes // 4
+    return 2.0 / (min(stride, words) + 1)
+
+
+def strided_bytes(n: int) -> int:
+    """Useful bytes of the strided copy (what the chapter reports as effective bandwidth)."""
+    return 2 * 4 * n
+
+
+# --- vector width: 4, 8, 16 bytes per access --------------------------------------------------------
+
+VEC_KERNELS = {1: "memory_copy_f1", 2: "memory_copy_f2", 4: "memory_copy_f4"}
+
+
+def copy_vec(x, y, width: int):
+    """``y = x`` (fp32, same size), each thread moving one element of ``width`` floats."""
+    if width not in VEC_KERNELS:
+        raise ValueError(f"width: expected one of {sorted(VEC_KERNELS)} floats, got {width}")
+    expect_array(x, "x", dtype=np.float32, ndim=1)
+    expect_array(y, "y", dtype=np.float32, ndim=1, shape=(_size(x),))
+    expect_same_device(x, y)
+    if _size(x) % width:
+        raise ValueError(f"x: size {_size(x)} is not a multiple of the vector width {width}")
+    n = _size(x) // width
+    grid = -(-n // BLOCK)
+    if grid >= 2**31:
+        raise ValueError(f"x: {_size(x)} floats need {grid} blocks, more than a grid holds")
+    SOURCE.function(VEC_KERNELS[width])((grid,), (BLOCK,), (x, y, np.uint64(n)))
+    return y
+
+
+# --- shared-memory banks ----------------------------------------------------------------------------
+
+SMEM_KERNELS = {
+    "row": "memory_smem_row",
+    "col": "memory_smem_col",
+    "col_padded": "memory_smem_col_padded",
+    "col_swizzled": "memory_smem_col_swizzled",
+}
+TILE = 32
+
+
+def smem_read(x, y, mode: str, reps: int):
+    """Each block stages a 32x32 tile of ``x`` and every lane reads a row or column of it ``reps`` times.
+
+    ``x`` holds blocks * 1024 floats, ``y`` blocks * 256 (one sum per thread).
+    """
+    if mode not in SMEM_KERNELS:
+        raise ValueError(f"mode: expected one of {sorted(SMEM_KERNELS)}, got {mode!r}")
+    expect_array(x, "x", dtype=np.float32, ndim=1)
+    expect_array(y, "y", dtype=np.float32, ndim=1)
+    expect_same_device(x, y)
+    if _size(x) % (TILE * TILE) or _size(x) == 0:
+        raise ValueError(f"x: expected a positive multiple of {TILE * TILE} floats, got {_size(x)}")
+    blocks = _size(x) // (TILE * TILE)
+    if _size(y) != blocks * BLOCK:
+        raise ValueError(f"y: expected {blocks * BLOCK} floats ({blocks} blocks x {BLOCK}), got {_size(y)}")
+    if not 1 <= reps < 2**31:
+        raise ValueError(f"reps: expected a positive int32, got {reps}")
+    SOURCE.function(SMEM_KERNELS[mode])((blocks,), (BLOCK,), (x, y, np.int32(reps)))
+    return y
+
+
+def smem_reference(x, mode: str, reps: int, xp=None):
+    """What ``smem_read`` writes: lane l of every warp sums row l (column modes) or column l (row mode)."""
+    xp = xp or _cupy()
+    tiles = x.reshape(-1, TILE, TILE).astype(xp.float64)           # [blocks, r, c]
+    per_lane = tiles.sum(axis=1) if mode == "row" else tiles.sum(axis=2)  # [blocks, lane]
+    warps = BLOCK // 32
+    return (reps * xp.repeat(per_lane[:, None, :], warps, axis=1)).reshape(-1)
+
+
+def smem_banks(mode: str, lane_count: int = 32, col: int = 0) -> list[int]:
+    """Bank of each lane's word for one load instruction of ``smem_read`` (column ``col``)."""
+    ld = TILE + 1 if mode == "col_padded" else TILE
+    banks = []
+    for lane in range(lane_count):
+        if mode == "row":
+            word = col * ld + lane
+        elif mode in ("col", "col_padded"):
+            word = lane * ld + col
+        else:
+            word = lane * ld + (col ^ lane)
+        banks.append(word % 32)
+    return banks
+
+
+def conflict_ways(banks) -> int:
+    """Passes one warp-wide 4-byte load takes: the most lanes on one bank (distinct words assumed)."""
+    counts: dict[int, int] = {}
+    for b in banks:
+        counts[b] = counts.get(b, 0) + 1
+    return max(counts.values())
+
+
+def smem_bytes(blocks: int, reps: int) -> int:
+    """Bytes all warps load from shared memory in one ``smem_read`` launch."""
+    return blocks * BLOCK * reps * TILE * 4
