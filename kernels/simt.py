@@ -134,12 +134,28 @@ def occupancy_estimate(registers: int, threads: int, *, regs_per_sm: int = 65536
     return min(max_blocks, warps // warps_per_block)
 
 
+_kernels: dict = {}
+_occupancy: dict = {}
+
+
+def _kernel(name: str):
+    """SOURCE.function(name), looked up once per version of simt.cu (launch overhead stays small)."""
+    key = (name, SOURCE.path.stat().st_mtime_ns)
+    fn = _kernels.get(key)
+    if fn is None:
+        fn = _kernels[key] = SOURCE.function(name)
+    return fn
+
+
 def resident_blocks_per_sm(kernel: str, threads: int, smem: int = 0) -> int:
     """The driver's occupancy calculator: blocks of ``threads`` of ``kernel`` resident on one SM."""
-    import cupy
-    fn = SOURCE.function(kernel)
-    return int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, int(threads),
-                                                                           int(smem)))
+    key = (kernel, int(threads), int(smem), SOURCE.path.stat().st_mtime_ns)
+    if key not in _occupancy:
+        import cupy
+        fn = _kernel(kernel)
+        _occupancy[key] = int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            fn.kernel.ptr, int(threads), int(smem)))
+    return _occupancy[key]
 
 
 def _sms() -> int:
@@ -165,7 +181,7 @@ def launch_v0(a, b, c, *, threads: int = THREADS):
     threads = _check_threads(threads)
     if n == 0:
         return c
-    fn = SOURCE.function("vector_add_v0_one_per_thread")
+    fn = _kernel("vector_add_v0_one_per_thread")
     fn((grid_one_per_thread(n, threads),), (threads,), (a, b, c, np.int64(n)))
     return c
 
@@ -178,7 +194,7 @@ def launch_v1(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREA
         return c
     name = "vector_add_v1_grid_stride"
     bps = blocks_per_sm or resident_blocks_per_sm(name, threads)
-    SOURCE.function(name)((grid_stride_blocks(n, _sms(), bps, threads),), (threads,),
+    _kernel(name)((grid_stride_blocks(n, _sms(), bps, threads),), (threads,),
                           (a, b, c, np.int64(n)))
     return c
 
@@ -192,7 +208,7 @@ def launch_v2(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREA
     name = "vector_add_v2_float4"
     bps = blocks_per_sm or resident_blocks_per_sm(name, threads)
     # at least one block even when n < 4: its threads 0..2 write the scalar tail
-    SOURCE.function(name)((grid_stride_blocks(max(n // 4, 1), _sms(), bps, threads),), (threads,),
+    _kernel(name)((grid_stride_blocks(max(n // 4, 1), _sms(), bps, threads),), (threads,),
                           (a, b, c, np.int64(n)))
     return c
 
@@ -228,7 +244,7 @@ def launch_branch(by: str, x, y, *, paths: int, iters: int, c: float = 1.0, thre
         raise ValueError(f"x has {n} elements; the branch kernels index with int32 (< 2**31)")
     if n == 0:
         return y
-    SOURCE.function(BRANCH_KERNELS[by])((grid_one_per_thread(n, threads),), (threads,),
+    _kernel(BRANCH_KERNELS[by])((grid_one_per_thread(n, threads),), (threads,),
                                         (x, y, np.int32(n), np.int32(paths), np.int32(iters),
                                          np.float32(c)))
     return y
@@ -240,7 +256,7 @@ def active_masks(paths: int) -> np.ndarray:
         raise ValueError(f"paths must be within 1..32, got {paths}")
     import cupy
     m = cupy.zeros(WARP, dtype=cupy.uint32)
-    SOURCE.function("branch_active_mask")((1,), (WARP,), (m, np.int32(paths)))
+    _kernel("branch_active_mask")((1,), (WARP,), (m, np.int32(paths)))
     return m.get()
 
 
@@ -289,7 +305,7 @@ def launch_read_sum(x4, out, smid, *, ilp: int, threads: int, blocks: int):
     expect_array(x4, "x4", dtype=np.float32, ndim=2, shape=(None, 4), align=16)
     expect_array(out, "out", dtype=np.float32, shape=(int(blocks) * threads,), align=4)
     expect_array(smid, "smid", dtype=np.int32, shape=(int(blocks),), align=4)
-    SOURCE.function(name)((int(blocks),), (threads,), (x4, np.int64(x4.shape[0]), out, smid))
+    _kernel(name)((int(blocks),), (threads,), (x4, np.int64(x4.shape[0]), out, smid))
     return out
 
 
@@ -313,3 +329,29 @@ def ptx_memory_ops(ptx_text: str, kernel: str) -> list[str]:
         if tok and (tok[0].startswith("ld.global") or tok[0].startswith("st.global")):
             ops.append(tok[0])
     return ops
+
+
+def sass_summary(sass_text: str, keep=("BSSY", "BSYNC", "BRA", "WARPSYNC", "FFMA", "EXIT")) -> list[str]:
+    """Instructions of a SASS listing whose opcode is in ``keep``, with runs of one opcode folded.
+
+    Predicates stay (``@P2 BRA``); operands are dropped except a branch's or barrier's target.
+    """
+    import re
+    out: list[str] = []
+    pat = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+    for line in sass_text.splitlines():
+        m = pat.search(line)
+        if not m:
+            continue
+        pred, op, args = (m.group(1) or "").strip(), m.group(2), m.group(3).strip()
+        if op.split(".")[0] not in keep:
+            continue
+        text = " ".join(t for t in (pred, op) if t)
+        if op.split(".")[0] in ("BSSY", "BSYNC", "BRA"):
+            text += " " + args
+        if out and out[-1].split(" x")[0] == text and op.startswith("FFMA"):
+            head, _, n = out[-1].partition(" x")
+            out[-1] = f"{head} x{int(n or 1) + 1}"
+        else:
+            out.append(text)
+    return out

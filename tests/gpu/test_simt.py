@@ -1,0 +1,76 @@
+"""Chapter 1 kernels on a GPU: every version and experiment kernel on fresh random inputs,
+awkward sizes, outputs poisoned before the run."""
+import numpy as np
+import pytest
+
+from kernels import simt
+from utils.check import assert_close, poisoned
+
+pytestmark = pytest.mark.gpu
+
+SIZES = [1, 2, 3, 4, 5, 37, 199, 1000 + 3, 2**20 + 3]
+
+
+@pytest.mark.parametrize("label", list(simt.VERSIONS))
+@pytest.mark.parametrize("n", SIZES)
+def test_vector_add_versions(label, n):
+    import cupy
+    a = cupy.random.standard_normal(n, dtype=cupy.float32)
+    b = cupy.random.standard_normal(n, dtype=cupy.float32)
+    c = poisoned(n, np.float32)
+    simt.VERSIONS[label].launch(a, b, c)
+    assert_close(c, simt.vector_add_ref(a, b), dtype="exact", name=f"{label} n={n}")
+
+
+@pytest.mark.parametrize("label", ["v1_grid_stride", "v2_float4"])
+@pytest.mark.parametrize("bps", [1, 3, 32])
+def test_grid_stride_any_grid(label, bps):
+    import cupy
+    n = 3 * 2**18 + 7                    # several grid strides for a small grid, a tail for v2
+    a = cupy.random.standard_normal(n, dtype=cupy.float32)
+    b = cupy.random.standard_normal(n, dtype=cupy.float32)
+    c = poisoned(n, np.float32)
+    simt.VERSIONS[label].launch(a, b, c, blocks_per_sm=bps)
+    assert_close(c, a + b, dtype="exact", name=f"{label} blocks_per_sm={bps}")
+
+
+def test_occupancy_estimate_agrees_with_the_driver():
+    rep = simt.SOURCE.ptxas()
+    for name in ["vector_add_v0_one_per_thread", "vector_add_v1_grid_stride", "vector_add_v2_float4",
+                 *[simt.read_kernel(i) for i in simt.READ_ILPS]]:
+        for threads in (64, 128, 256):
+            est = simt.occupancy_estimate(rep[name]["registers"], threads)
+            assert simt.resident_blocks_per_sm(name, threads) == est, (name, threads)
+
+
+@pytest.mark.parametrize("by", ["lane", "warp"])
+@pytest.mark.parametrize("paths", [1, 2, 5, 32])
+@pytest.mark.parametrize("n", [1, 37, 1000 + 3, 3 * 256 * 7])
+def test_branch_kernels(by, paths, n):
+    x = simt.integer_valued(n)
+    y = poisoned(n, np.float32)
+    simt.launch_branch(by, x, y, paths=paths, iters=9)
+    assert_close(y, simt.branch_ref(x, paths, 9, by == "lane"), dtype="exact", name=f"branch_by_{by}")
+
+
+def test_active_masks_show_one_branch_per_residue():
+    for paths in (1, 2, 4, 32):
+        m = simt.active_masks(paths)
+        # each lane sees itself in its mask and no lane of another branch
+        lanes = np.arange(32)
+        assert all((int(m[l]) >> l) & 1 for l in lanes)
+        assert all(int(m[l]) & ~int(simt.expected_masks(paths)[l]) == 0 for l in lanes)
+
+
+@pytest.mark.parametrize("ilp", simt.READ_ILPS)
+@pytest.mark.parametrize("n4,threads,blocks", [(1, 64, 1), (37, 64, 2), (1000 + 3, 128, 3),
+                                               (2**16 + 5, 256, 4)])
+def test_read_sum(ilp, n4, threads, blocks):
+    import cupy
+    x4 = cupy.random.standard_normal((n4, 4), dtype=cupy.float32)
+    out = poisoned(blocks * threads, np.float32)
+    smid = cupy.full(blocks, -1, dtype=cupy.int32)
+    simt.launch_read_sum(x4, out, smid, ilp=ilp, threads=threads, blocks=blocks)
+    ref = simt.read_sum_ref(x4.astype(cupy.float64).sum(axis=1), blocks * threads)
+    assert_close(out, ref, dtype="float32", name=f"read_sum_ilp{ilp}")
+    assert int(smid.min()) >= 0
