@@ -37,11 +37,14 @@ book: $(STAMP) _static/vendor/.done
 	@echo "The book is built: open file://$(CURDIR)/_build/html/index.html (or: make serve)"
 
 serve: book
-	@echo "Serving the book on http://localhost:$(PORT)/ (Ctrl-C stops)"
+	@echo "The book: file://$(CURDIR)/_build/html/index.html"
+	@echo "Serving it on http://localhost:$(PORT)/ (Ctrl-C stops)"
 	$(PY) -m http.server $(PORT) --directory _build/html
 
-# Tests. Each step stops the run on failure; GPU steps skip themselves where there is no GPU.
-test: $(STAMP) unit check-notebooks build-strict check-html
+# Tests: scripts/test.sh runs unit, check-notebooks, build-strict and check-html in order (and, where
+# CuPy in .venv sees a GPU, nbval over the TOC's notebooks), prints a summary, fails if any failed.
+test:
+	bash scripts/test.sh
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests
@@ -53,7 +56,7 @@ check-notebooks: $(STAMP)
 	$(PY) -m utils.stamp
 
 build-strict: $(STAMP) _static/vendor/.done
-	rm -rf _build/html _build/.doctrees
+	rm -rf _build/html _build/.doctrees _build/jupyter_execute
 	$(VENV)/bin/jupyter-book build . --path-output . --warningiserror --keep-going -q
 
 check-html: $(STAMP)

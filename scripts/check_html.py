@@ -1,0 +1,593 @@
+#!/usr/bin/env python3
+"""Check the built HTML book: links, offline assets, and rendering in headless Chromium.
+
+    python scripts/check_html.py _build/html [--no-browser] [--screenshots DIR] [--timeout S]
+
+Static checks over every page (no browser):
+  * every relative href/src resolves to a file of the build, and every #anchor exists in its page;
+  * no <script src>, stylesheet, preload, icon, <img>/<iframe>/<source> is an http(s) URL: the book
+    must render offline (external links in <a href> are allowed);
+  * the chapter status table on the landing page (id "chapter-status") is honest: a row says
+    "已收录" exactly when it links to a page of the book, and every chapter page is linked there.
+
+Browser checks (headless Chromium, driven over the DevTools protocol through a pipe, so nothing
+but the standard library is needed): each page is loaded from a private http.server on 127.0.0.1,
+with networking to anything else cut off (a dead proxy); then
+  * a page with math must have every math element typeset by MathJax (mjx-container, no
+    mjx-merror, no undefined macro), and no raw $$, \\( or \\[ may remain in its text outside code;
+  * a page with mermaid blocks must have an <svg> rendered inside every one, and no error diagram;
+  * no page may request anything outside the local server, fail to load a local file, or throw a
+    JavaScript exception.
+Prints one line per problem and a summary; exits 1 on any failure, 2 on a usage or setup error.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import fcntl
+import functools
+import http.server
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+# Pages that are Sphinx/theme machinery or vendored files, not the book's own pages.
+SKIP_DIRS = ("_static/", "_sources/", "_images/", "_downloads/", "_sphinx_design_static/")
+EXTERNAL = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*:|//)")
+OFFLINE_LINK_RELS = {"stylesheet", "preload", "modulepreload", "icon", "shortcut", "manifest",
+                     "prefetch"}
+STATUS_TABLE_ID = "chapter-status"
+STATUS_IN_BOOK = "已收录"
+
+
+# ------------------------------------------------------------------ static checks -------------
+class PageParser(HTMLParser):
+    """Collects ids, references and the chapter status table of one page."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.refs: list[tuple[str, str, str]] = []   # (tag, attribute, url)
+        self.heavy: list[tuple[str, str]] = []       # external URLs the page must not load
+        self.redirect: str | None = None           # <meta http-equiv="refresh"> target
+        self.has_math = False
+        self.has_mermaid = False
+        # status table: list of rows, each a list of (cell text, [hrefs])
+        self._table_depth = 0
+        self.status_rows: list[list[tuple[str, list[str]]]] = []
+        self._cell: list | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = {k: (v or "") for k, v in attrs}
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("name"):
+            self.ids.add(a["name"])
+        if tag == "meta" and a.get("http-equiv", "").lower() == "refresh":
+            m = re.search(r"url\s*=\s*['\"]?([^'\";]+)", a.get("content", ""), re.I)
+            if m:
+                self.redirect = m.group(1).strip()
+                self.refs.append(("meta", "refresh", self.redirect))
+        classes = a.get("class", "").split()
+        if "math" in classes:
+            self.has_math = True
+        if tag == "pre" and "mermaid" in classes:
+            self.has_mermaid = True
+
+        for attr in ("href", "src", "data"):
+            url = a.get(attr)
+            if url is None or (attr == "data" and tag != "object"):
+                continue
+            self.refs.append((tag, attr, url))
+            if EXTERNAL.match(url) and urlsplit(url).scheme in ("http", "https", ""):
+                rels = set(a.get("rel", "").lower().split())
+                if tag == "link" and rels & OFFLINE_LINK_RELS:
+                    self.heavy.append((f"<link rel={a.get('rel')}>", url))
+                elif tag in ("script", "img", "iframe", "source", "video", "audio", "embed",
+                             "object", "track"):
+                    self.heavy.append((f"<{tag} {attr}>", url))
+
+        if tag == "table" and (self._table_depth or a.get("id") == STATUS_TABLE_ID):
+            self._table_depth += 1
+        elif self._table_depth:
+            if tag == "tr":
+                self.status_rows.append([])
+            elif tag in ("td", "th") and self.status_rows:
+                self._cell = ["", []]
+                self.status_rows[-1].append(self._cell)
+            elif tag == "a" and self._cell is not None and a.get("href"):
+                self._cell[1].append(a["href"])
+
+    def handle_endtag(self, tag):
+        if self._table_depth:
+            if tag == "table":
+                self._table_depth -= 1
+            elif tag in ("td", "th"):
+                self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[0] += data
+
+
+def content_pages(build: Path) -> list[Path]:
+    pages = []
+    for p in sorted(build.rglob("*.html")):
+        rel = p.relative_to(build).as_posix()
+        if not rel.startswith(SKIP_DIRS):
+            pages.append(p)
+    return pages
+
+
+def static_checks(build: Path, pages: list[Path]) -> tuple[list[str], dict[Path, PageParser]]:
+    problems: list[str] = []
+    parsed: dict[Path, PageParser] = {}
+
+    def parse(p: Path) -> PageParser:
+        if p not in parsed:
+            pp = PageParser()
+            pp.feed(p.read_text(encoding="utf-8", errors="replace"))
+            pp.close()
+            parsed[p] = pp
+        return parsed[p]
+
+    n_refs = 0
+    for page in pages:
+        rel = page.relative_to(build).as_posix()
+        pp = parse(page)
+        for what, url in pp.heavy:
+            problems.append(f"{rel}: {what} loads {url} from the network; the book must render "
+                            "offline (vendor it under _static/)")
+        for tag, attr, url in pp.refs:
+            if not url or EXTERNAL.match(url):
+                continue              # external links, mailto:, data:, javascript: ...
+            n_refs += 1
+            parts = urlsplit(url)
+            if not parts.path:        # "#anchor" in this page
+                target = page
+            else:
+                target_url = urljoin("file:///" + rel, unquote(parts.path))
+                target = build / urlsplit(target_url).path.lstrip("/")
+                if target_url.endswith("/"):
+                    target = target / "index.html"
+                try:
+                    target.resolve().relative_to(build.resolve())
+                except ValueError:
+                    problems.append(f"{rel}: <{tag} {attr}={url!r}> points outside the build")
+                    continue
+                if not target.exists():
+                    problems.append(f"{rel}: <{tag} {attr}={url!r}> is a broken link "
+                                    f"(no {target.relative_to(build).as_posix()})")
+                    continue
+            frag = unquote(parts.fragment)
+            if frag and target.suffix == ".html" and tag in ("a", "area"):
+                if frag not in parse(target).ids:
+                    trel = target.relative_to(build).as_posix()
+                    problems.append(f"{rel}: <{tag} {attr}={url!r}>: no id {frag!r} in {trel}")
+
+    problems += status_table_checks(build, pages, parsed)
+    print(f"static: {len(pages)} pages, {n_refs} internal references checked")
+    return problems, parsed
+
+
+def status_table_checks(build: Path, pages: list[Path], parsed: dict[Path, PageParser]) -> list[str]:
+    """The landing page's chapter table must say which chapters are in the book, truthfully."""
+    problems = []
+    holders = [p for p in pages if parsed[p].status_rows]
+    chapter_pages = {p.resolve() for p in pages
+                     if p.relative_to(build).as_posix().startswith("chapters/")}
+    if not holders:
+        if chapter_pages:
+            problems.append(f"no page holds the chapter status table (id {STATUS_TABLE_ID!r}), "
+                            "but the book has chapter pages")
+        return problems
+    linked: set[Path] = set()
+    for page in holders:
+        rel = page.relative_to(build).as_posix()
+        for row in parsed[page].status_rows[1:]:             # the first row is the header
+            if not row:
+                continue
+            hrefs = [h for c in row for h in c[1]
+                     if not EXTERNAL.match(h) and urlsplit(h).path.endswith(".html")]
+            targets = {(page.parent / urlsplit(h).path).resolve() for h in hrefs}
+            in_book = STATUS_IN_BOOK in row[-1][0]
+            label = row[0][0].strip()
+            if in_book and not targets:
+                problems.append(f"{rel}: status table says {label} is {STATUS_IN_BOOK} but the "
+                                "row links to no page")
+            if targets and not in_book:
+                problems.append(f"{rel}: status table links {label} to a page but its status is "
+                                f"{row[-1][0].strip()!r}, not {STATUS_IN_BOOK!r}")
+            linked |= targets
+    for p in sorted(chapter_pages - linked):
+        problems.append(f"{p.relative_to(build.resolve()).as_posix()} is in the book but the chapter "
+                        f"status table does not link it as {STATUS_IN_BOOK}")
+    return problems
+
+
+# ------------------------------------------------------------------ browser -------------------
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class LocalServer:
+    def __init__(self, root: Path):
+        handler = functools.partial(QuietHandler, directory=str(root))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def find_chromium() -> str | None:
+    env = os.environ.get("CHROMIUM")
+    if env:
+        return env
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class Chromium:
+    """Headless Chromium driven over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL framed)."""
+
+    def __init__(self, exe: str, log_path: Path):
+        self.profile = tempfile.mkdtemp(prefix="check_html_chromium_")
+        to_browser_r, self._to_browser = os.pipe()
+        self._from_browser, from_browser_w = os.pipe()
+        # Move the child's ends above fd 9, so that the shell's 3<& / 4>& cannot clobber them.
+        to_browser_r, from_browser_w = (self._high_fd(to_browser_r), self._high_fd(from_browser_w))
+        args = [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-default-apps", "--disable-extensions", "--no-first-run",
+            "--no-default-browser-check", "--metrics-recording-only", "--mute-audio",
+            "--hide-scrollbars", f"--user-data-dir={self.profile}",
+            # networking off: every request that is not to 127.0.0.1 goes to a dead proxy, and
+            # every host name but 127.0.0.1 fails to resolve
+            "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=127.0.0.1",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            "--remote-debugging-pipe", "--window-size=1280,900", "about:blank",
+        ]
+        # Hand the pipe ends to the browser as fds 3 and 4, as --remote-debugging-pipe expects.
+        shell = f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w} {to_browser_r}<&- {from_browser_w}>&-'
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(["bash", "-c", shell, exe, *args], stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     pass_fds=(to_browser_r, from_browser_w))
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self._next_id = 0
+        self._responses: dict[int, dict] = {}
+        self._events: queue.Queue = queue.Queue()
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @staticmethod
+    def _high_fd(fd: int) -> int:
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+        os.close(fd)
+        return high
+
+    def _read(self):
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(self._from_browser, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                with self._cond:
+                    self._responses[-1] = {"closed": True}
+                    self._cond.notify_all()
+                return
+            buf += chunk
+            while b"\0" in buf:
+                raw, buf = buf.split(b"\0", 1)
+                msg = json.loads(raw)
+                if "id" in msg:
+                    with self._cond:
+                        self._responses[msg["id"]] = msg
+                        self._cond.notify_all()
+                else:
+                    self._events.put(msg)
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None,
+             timeout: float = 60.0) -> dict:
+        self._next_id += 1
+        mid = self._next_id
+        msg = {"id": mid, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._to_browser, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while mid not in self._responses:
+                if -1 in self._responses:
+                    raise RuntimeError(f"Chromium exited while waiting for {method}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no answer to {method} within {timeout:.0f} s")
+                self._cond.wait(left)
+            resp = self._responses.pop(mid)
+        if "error" in resp:
+            raise RuntimeError(f"{method}: {resp['error'].get('message')}")
+        return resp.get("result", {})
+
+    def events(self):
+        while True:
+            try:
+                yield self._events.get_nowait()
+            except queue.Empty:
+                return
+
+    def wait_event(self, method: str, session: str, timeout: float, sink: list) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                ev = self._events.get(timeout=left)
+            except queue.Empty:
+                return False
+            sink.append(ev)
+            if ev.get("method") == method and ev.get("sessionId") == session:
+                return True
+
+    def close(self):
+        try:
+            self.send("Browser.close", timeout=5)
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self._to_browser, self._from_browser):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.log.close()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+# Runs in the page: waits for MathJax and mermaid, then reports what it finds.
+PAGE_PROBE = r"""
+(async () => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  const deadline = Date.now() + __TIMEOUT_MS__;
+  const mathEls = () => Array.from(document.querySelectorAll(".math"));
+  const mermaidEls = () => Array.from(document.querySelectorAll("pre.mermaid"));
+  if (mathEls().length) {
+    while (!(window.MathJax && MathJax.startup && MathJax.startup.promise) && Date.now() < deadline)
+      await sleep(50);
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+      await Promise.race([MathJax.startup.promise, sleep(Math.max(0, deadline - Date.now()))]);
+    }
+  }
+  const mermaidDone = () => mermaidEls().every(
+    el => el.querySelector("svg") || el.getAttribute("data-processed"));
+  while (mermaidEls().length && !mermaidDone() && Date.now() < deadline) await sleep(100);
+  await sleep(200);
+  const math = mathEls();
+  const raw = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const skip = "PRE,CODE,SCRIPT,STYLE,TEXTAREA,KBD,SAMP".split(",");
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const t = n.nodeValue;
+    if (!/\$\$|\\\(|\\\[/.test(t)) continue;
+    let p = n.parentElement, inCode = false;
+    for (; p; p = p.parentElement) {
+      if (skip.includes(p.tagName) || p.tagName.startsWith("MJX-")) { inCode = true; break; }
+    }
+    if (!inCode) raw.push(t.trim().slice(0, 80));
+  }
+  return JSON.stringify({
+    mathjax: !!(window.MathJax && MathJax.version),
+    math: math.length,
+    mathUntypeset: math.filter(el => !el.querySelector("mjx-container"))
+                       .map(el => el.textContent.trim().slice(0, 60)),
+    mjx: document.querySelectorAll("mjx-container").length,
+    merror: Array.from(document.querySelectorAll("mjx-merror"))
+                 .map(el => el.getAttribute("data-mjx-error") || el.textContent.slice(0, 60)),
+    // MathJax's noundefined extension shows an unknown macro as red text instead of an error
+    undefinedMacros: Array.from(document.querySelectorAll('mjx-assistive-mml mtext[mathcolor="red"]'))
+                 .map(el => el.textContent).filter(t => t.startsWith("\\")),
+    raw: raw.slice(0, 5),
+    mermaid: mermaidEls().map(el => {
+      const svg = el.querySelector("svg");
+      return {svg: !!svg,
+              error: !!svg && (svg.getAttribute("aria-roledescription") === "error"
+                               || /Syntax error/.test(svg.textContent)),
+              text: svg ? "" : el.textContent.trim().slice(0, 60)};
+    }),
+  });
+})()
+"""
+
+
+def save_screenshots(browser: Chromium, sess: str, stem: Path, max_shots: int = 12) -> None:
+    """PNGs of the page a window (1280 x 900) at a time, scrolling down: STEM-01.png, ..."""
+    height = browser.send("Page.getLayoutMetrics", session=sess)["cssContentSize"]["height"]
+    for i, y in enumerate(range(0, int(height), 900)[:max_shots], 1):
+        browser.send("Runtime.evaluate", {"expression": f"window.scrollTo(0, {y})"}, session=sess)
+        time.sleep(0.3)
+        shot = browser.send("Page.captureScreenshot", {"format": "png"}, session=sess)
+        Path(f"{stem}-{i:02d}.png").write_bytes(base64.b64decode(shot["data"]))
+
+
+def browser_checks(build: Path, pages: list[Path], parsed: dict[Path, PageParser], exe: str,
+                   timeout: float, shots: Path | None) -> list[str]:
+    problems: list[str] = []
+    log_path = Path(tempfile.mkstemp(prefix="check_html_chromium_", suffix=".log")[1])
+    n_loaded = n_math = n_mermaid = 0
+    with LocalServer(build) as server:
+        browser = Chromium(exe, log_path)
+        try:
+            version = browser.send("Browser.getVersion", timeout=60)
+            print(f"browser: {version.get('product')} (headless, network off), "
+                  f"pages from {server.base}")
+            target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+            sess = browser.send("Target.attachToTarget",
+                                {"targetId": target, "flatten": True})["sessionId"]
+            for method in ("Page.enable", "Runtime.enable", "Network.enable", "Log.enable"):
+                browser.send(method, session=sess)
+            for page in pages:
+                rel = page.relative_to(build).as_posix()
+                pp = parsed[page]
+                if pp.redirect is not None:
+                    continue                      # a redirect; its target is checked statically
+                url = server.base + rel
+                # leave the previous page completely, so that none of its events count here
+                browser.send("Page.navigate", {"url": "about:blank"}, session=sess)
+                browser.wait_event("Page.loadEventFired", sess, 10, [])
+                list(browser.events())
+                n_loaded += 1
+                evs: list[dict] = []
+                nav = browser.send("Page.navigate", {"url": url}, session=sess)
+                if nav.get("errorText"):
+                    problems.append(f"{rel}: did not load: {nav['errorText']}")
+                    continue
+                if not browser.wait_event("Page.loadEventFired", sess, timeout, evs):
+                    problems.append(f"{rel}: no load event within {timeout:.0f} s")
+                    continue
+                expr = PAGE_PROBE.replace("__TIMEOUT_MS__", str(int(timeout * 1000)))
+                res = browser.send("Runtime.evaluate", {"expression": expr, "awaitPromise": True,
+                                                        "returnByValue": True},
+                                   session=sess, timeout=timeout + 30)
+                if "exceptionDetails" in res:
+                    problems.append(f"{rel}: the probe failed: "
+                                    f"{res['exceptionDetails'].get('text')}")
+                    continue
+                info = json.loads(res["result"]["value"])
+                evs += list(browser.events())
+                problems += page_problems(rel, pp, info, evs, server.base)
+                n_math += bool(info["math"])
+                n_mermaid += bool(info["mermaid"])
+                if shots is not None:
+                    save_screenshots(browser, sess, shots / rel.replace("/", "__")[:-5])
+        except (RuntimeError, TimeoutError, OSError) as e:
+            problems.append(f"browser: {e}")
+            tail = log_path.read_text(errors="replace")[-2000:]
+            print("---- chromium log (tail) ----\n" + tail + "\n-----------------------------")
+        finally:
+            browser.close()
+    log_path.unlink(missing_ok=True)
+    print(f"browser: {n_loaded} pages loaded; math typeset checked on {n_math}, "
+          f"mermaid checked on {n_mermaid}")
+    return problems
+
+
+def page_problems(rel: str, pp: PageParser, info: dict, evs: list[dict], base: str) -> list[str]:
+    out = []
+    if pp.has_math or info["math"]:
+        if not info["mathjax"]:
+            out.append(f"{rel}: has math but MathJax did not load")
+        elif info["mathUntypeset"]:
+            out.append(f"{rel}: {len(info['mathUntypeset'])} of {info['math']} math elements not "
+                       f"typeset by MathJax, e.g. {info['mathUntypeset'][0]!r}")
+        elif info["mjx"] == 0:
+            out.append(f"{rel}: has math but no mjx-container")
+    for err in info["merror"]:
+        out.append(f"{rel}: MathJax error: {err}")
+    for macro in info["undefinedMacros"]:
+        out.append(f"{rel}: MathJax does not know the macro {macro} (undefined control sequence)")
+    for t in info["raw"]:
+        out.append(f"{rel}: raw TeX left in the text: {t!r}")
+    if pp.has_mermaid and not info["mermaid"]:
+        out.append(f"{rel}: mermaid blocks vanished from the page")
+    for i, m in enumerate(info["mermaid"], 1):
+        if not m["svg"]:
+            out.append(f"{rel}: mermaid diagram {i} was not rendered (text {m['text']!r})")
+        elif m["error"]:
+            out.append(f"{rel}: mermaid diagram {i} rendered as an error (syntax error?)")
+    for ev in evs:
+        method, params = ev.get("method"), ev.get("params", {})
+        if method == "Network.requestWillBeSent":
+            u = params.get("request", {}).get("url", "")
+            if not u.startswith((base, "data:", "blob:", "about:")):
+                out.append(f"{rel}: requested {u} (the book must render offline)")
+        elif method == "Network.loadingFailed":
+            if params.get("canceled"):
+                continue
+            out.append(f"{rel}: a request failed: {params.get('errorText')} "
+                       f"({params.get('type')})")
+        elif method == "Network.responseReceived":
+            r = params.get("response", {})
+            if r.get("status", 200) >= 400 and r.get("url") != base + "favicon.ico":
+                out.append(f"{rel}: {r.get('status')} for {r.get('url')}")
+        elif method == "Runtime.exceptionThrown":
+            d = params.get("exceptionDetails", {})
+            desc = (d.get("exception") or {}).get("description") or d.get("text")
+            out.append(f"{rel}: JavaScript exception: {str(desc).splitlines()[0]}")
+        elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+            args = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            out.append(f"{rel}: console error: {args[:200]}")
+    # one line per distinct problem
+    return list(dict.fromkeys(out))
+
+
+# ------------------------------------------------------------------ main ----------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("build", type=Path, help="the built HTML, e.g. _build/html")
+    ap.add_argument("--no-browser", action="store_true", help="static checks only")
+    ap.add_argument("--screenshots", type=Path, metavar="DIR",
+                    help="save PNGs of every page, a window at a time, into DIR")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds a page may take to load and render (default 60)")
+    args = ap.parse_args(argv)
+
+    build = args.build
+    if not (build / "index.html").is_file():
+        print(f"check_html: {build}/index.html not found; build the book first (make book)",
+              file=sys.stderr)
+        return 2
+    pages = content_pages(build)
+    problems, parsed = static_checks(build, pages)
+
+    if not args.no_browser:
+        exe = find_chromium()
+        if not exe:
+            print("check_html: Chromium not found. Install it (Debian: sudo apt-get install -y "
+                  "chromium) or set CHROMIUM=/path/to/chrome; --no-browser skips these checks",
+                  file=sys.stderr)
+            return 2
+        if args.screenshots:
+            args.screenshots.mkdir(parents=True, exist_ok=True)
+        problems += browser_checks(build, pages, parsed, exe, args.timeout, args.screenshots)
+
+    for p in problems:
+        print("FAIL " + p)
+    verdict = "FAILED" if problems else "passed"
+    print(f"check_html: {verdict}: {len(pages)} pages, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
