@@ -158,6 +158,17 @@ def resident_blocks_per_sm(kernel: str, threads: int, smem: int = 0) -> int:
     return _occupancy[key]
 
 
+def kernel_resources(name: str) -> dict:
+    """Registers, static shared memory and local memory (spills, stack) per thread, from the driver.
+
+    The same numbers as the ptxas report, read off the loaded kernel, so they describe exactly the
+    code that runs.
+    """
+    fn = _kernel(name)
+    return {"registers": int(fn.num_regs), "smem_bytes": int(fn.shared_size_bytes),
+            "local_bytes": int(fn.local_size_bytes)}
+
+
 def _sms() -> int:
     from utils.gpu import device_summary
     return device_summary()["sms"]

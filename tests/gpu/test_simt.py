@@ -35,11 +35,12 @@ def test_grid_stride_any_grid(label, bps):
 
 
 def test_occupancy_estimate_agrees_with_the_driver():
-    rep = simt.SOURCE.ptxas()
     for name in ["vector_add_v0_one_per_thread", "vector_add_v1_grid_stride", "vector_add_v2_float4",
                  *[simt.read_kernel(i) for i in simt.READ_ILPS]]:
+        res = simt.kernel_resources(name)
+        assert res["local_bytes"] == 0, (name, res)
         for threads in (64, 128, 256):
-            est = simt.occupancy_estimate(rep[name]["registers"], threads)
+            est = simt.occupancy_estimate(res["registers"], threads)
             assert simt.resident_blocks_per_sm(name, threads) == est, (name, threads)
 
 
