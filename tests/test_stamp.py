@@ -54,3 +54,12 @@ def test_unstamped_wrong_gpu_errors_and_order(tmp_path):
     assert any("not on an H100/H200" in m for m in msgs)
     assert any("error output" in m for m in msgs)
     assert any("out of order" in m for m in msgs)
+
+
+def test_toc_lists_notebooks_not_markdown(tmp_path):
+    from utils.stamp import toc_notebooks
+    (tmp_path / "intro.md").write_text("# hi")
+    (tmp_path / "page.md").write_text("# page")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nparts:\n- caption: A\n  chapters:\n"
+                                       "  - file: page\n  - file: chapters/01-x\n")
+    assert toc_notebooks(tmp_path) == [tmp_path / "chapters/01-x.ipynb"]

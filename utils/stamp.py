@@ -94,7 +94,8 @@ def toc_notebooks(root: Path = REPO) -> list[Path]:
             f = node.get("file")
             if f:
                 p = Path(root) / f
-                p = p if p.suffix else p.with_suffix(".ipynb")
+                if not p.suffix:  # jupyter-book entries may omit the suffix: .md or .ipynb
+                    p = p.with_suffix(".md") if p.with_suffix(".md").exists() else p.with_suffix(".ipynb")
                 if p.suffix == ".ipynb":
                     found.append(p)
             for v in node.values():
