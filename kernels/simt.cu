@@ -7,6 +7,9 @@
 //   vector_add_v2_float4          v1 with 16-byte loads and stores (float4), a quarter of the
 //                                 instructions and four times the bytes in flight per thread; a
 //                                 scalar tail takes the n % 4 last elements
+//   vector_add_v3_float4_tile     the grid grows with n again, as in PyTorch: each block owns a tile
+//                                 of blockDim.x * 2 float4, each thread loads 2 float4 of a and of
+//                                 b before it stores; the last block takes the partial tile and tail
 //
 // Experiments (not versions of an op):
 //   branch_by_lane / branch_by_warp  the same FMA work split into `paths` branches chosen by the
@@ -62,6 +65,48 @@ extern "C" __global__ void vector_add_v2_float4(const float* __restrict__ a,
     // scalar tail: the n % 4 (at most 3) last elements, one each for threads 0, 1, 2
     const long long k = (n4 << 2) + t;
     if (k < n) c[k] = a[k] + b[k];
+}
+// [[/snippet]]
+
+// [[snippet: vector_add_v3]]
+#define V3_PER_THREAD 2   // float4 per thread per input: 8 elements, 32 B of a and 32 B of b
+
+extern "C" __global__ void vector_add_v3_float4_tile(const float* __restrict__ a,
+                                                     const float* __restrict__ b,
+                                                     float* __restrict__ c, long long n) {
+    // block i owns float4 numbers [i * T, (i + 1) * T), T = blockDim.x * V3_PER_THREAD;
+    // thread t takes base + t and base + t + blockDim.x: each warp-wide access is 512 B contiguous
+    const long long n4 = n >> 2;
+    const float4* __restrict__ a4 = reinterpret_cast<const float4*>(a);
+    const float4* __restrict__ b4 = reinterpret_cast<const float4*>(b);
+    float4* __restrict__ c4 = reinterpret_cast<float4*>(c);
+    const long long base = (long long)blockIdx.x * blockDim.x * V3_PER_THREAD + threadIdx.x;
+    if ((long long)(blockIdx.x + 1) * blockDim.x * V3_PER_THREAD <= n4) {
+        // a whole tile, no bounds checks: all loads first (64 B in flight per thread), then stores
+        float4 x[V3_PER_THREAD], y[V3_PER_THREAD];
+#pragma unroll
+        for (int u = 0; u < V3_PER_THREAD; ++u) {
+            x[u] = a4[base + u * blockDim.x];
+            y[u] = b4[base + u * blockDim.x];
+        }
+#pragma unroll
+        for (int u = 0; u < V3_PER_THREAD; ++u)
+            c4[base + u * blockDim.x] = make_float4(x[u].x + y[u].x, x[u].y + y[u].y,
+                                                    x[u].z + y[u].z, x[u].w + y[u].w);
+    } else {
+        // the last, partial tile: checked one float4 at a time
+        for (int u = 0; u < V3_PER_THREAD; ++u) {
+            const long long q = base + (long long)u * blockDim.x;
+            if (q < n4) {
+                const float4 x = a4[q], y = b4[q];
+                c4[q] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+            }
+        }
+    }
+    if (blockIdx.x == gridDim.x - 1) {                 // scalar tail: the n % 4 last elements
+        const long long k = (n4 << 2) + threadIdx.x;
+        if (k < n) c[k] = a[k] + b[k];
+    }
 }
 // [[/snippet]]
 

@@ -224,6 +224,27 @@ def launch_v2(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREA
     return c
 
 
+V3_PER_THREAD = 2     # float4 per thread per input in v3 (the .cu's V3_PER_THREAD)
+
+
+def grid_tiles(n: int, threads: int = THREADS, per_thread: int = V3_PER_THREAD) -> int:
+    """v3: one block per tile of threads x per_thread float4; at least one block for the scalar tail."""
+    return max(1, math.ceil((int(n) // 4) / (threads * per_thread)))
+
+
+def launch_v3(a, b, c, *, threads: int = THREADS):
+    """c = a + b, one tile of threads x 2 float4 per block (PyTorch's structure); 16-byte alignment."""
+    n = _vector_args(a, b, c, align=16)
+    threads = _check_threads(threads)
+    if n == 0:
+        return c
+    grid = grid_tiles(n, threads)
+    if grid >= 2**31:
+        raise ValueError(f"n = {n} needs {grid} blocks, more than a grid holds; use v1 or v2")
+    _kernel("vector_add_v3_float4_tile")((grid,), (threads,), (a, b, c, np.int64(n)))
+    return c
+
+
 VERSIONS = registry(
     Version("vector_add_v0_one_per_thread", "v0_one_per_thread", launch_v0,
             "one thread per element; the grid grows with n"),
@@ -231,6 +252,8 @@ VERSIONS = registry(
             "a fixed grid (one full wave of resident blocks) walks the array with a grid-stride loop"),
     Version("vector_add_v2_float4", "v2_float4", launch_v2,
             "16-byte float4 loads and stores in the grid-stride loop; scalar tail for n % 4"),
+    Version("vector_add_v3_float4_tile", "v3_float4_tile", launch_v3,
+            "no grid-stride: each block a tile of 2 float4 per thread and input, all loads before stores"),
 )
 
 

@@ -26,6 +26,8 @@ def f32(*shape, ptr=0x10000):
 def test_cost_models():
     assert simt.vector_add_nbytes(2**28) == 12 * 2**28
     assert simt.vector_add_nbytes(10, itemsize=2) == 60
+    src = simt.SOURCE.path.read_text()
+    assert f"#define V3_PER_THREAD {simt.V3_PER_THREAD} " in src
     assert simt.vector_add_flops(7) == 7
     assert simt.branch_flops(100, 512) == 100 * 512 * 4 * 2
     assert simt.read_sum_nbytes(1000, 64) == 16_000 + 256
@@ -118,6 +120,9 @@ def test_grids():
     assert simt.grid_stride_blocks(0, 132, 8) == 1
     with pytest.raises(ValueError, match="blocks_per_sm"):
         simt.grid_stride_blocks(100, 132, 0)
+    assert simt.grid_tiles(1) == 1 and simt.grid_tiles(3) == 1
+    assert simt.grid_tiles(2**28) == 2**26 // 512
+    assert simt.grid_tiles(4 * 512 + 4) == 2
 
 
 @pytest.mark.parametrize("regs,threads,blocks", [
@@ -152,7 +157,7 @@ def test_read_kernels_fit_one_block_per_sm_and_cover_the_sweep():
 
 # --- launcher validation ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("launch", [simt.launch_v0, simt.launch_v1, simt.launch_v2])
+@pytest.mark.parametrize("launch", [simt.launch_v0, simt.launch_v1, simt.launch_v2, simt.launch_v3])
 def test_vector_add_launchers_reject_bad_arguments(launch):
     with pytest.raises(ValueError, match="expected a CUDA device array"):
         launch(np.zeros(4, np.float32), f32(4), f32(4))
@@ -166,9 +171,12 @@ def test_vector_add_launchers_reject_bad_arguments(launch):
         launch(f32(4), f32(4), f32(4), threads=100)
 
 
-def test_v2_needs_16_byte_alignment():
+@pytest.mark.parametrize("launch", [simt.launch_v2, simt.launch_v3])
+def test_vector_versions_need_16_byte_alignment(launch):
     with pytest.raises(ValueError, match="16-byte aligned"):
-        simt.launch_v2(f32(4, ptr=0x10004), f32(4), f32(4))
+        launch(f32(4, ptr=0x10004), f32(4), f32(4))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        launch(f32(4), f32(4), f32(4, ptr=0x10008))
 
 
 def test_branch_launcher_rejects_bad_arguments():
