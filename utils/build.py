@@ -68,8 +68,18 @@ class KernelSource:
         )
 
     def function(self, name: str):
-        """The CuPy kernel ``name`` (a plain extern "C" name or one of ``name_expressions``)."""
-        return load(self).get_function(name)
+        """The CuPy kernel ``name`` (a plain extern "C" name or one of ``name_expressions``).
+
+        Cheap enough to call on every launch: while the files behind the module keep their size and
+        modification time, the loaded kernel is returned without re-reading or re-hashing anything.
+        """
+        hit = _functions.get((self, name))
+        if hit is not None and hit[0] == _stat_signature(hit[1]):
+            return hit[2]
+        comp = compile_source(self)
+        fn = load(self).get_function(name)
+        _functions[(self, name)] = (_stat_signature(comp.inputs), comp.inputs, fn)
+        return fn
 
     def ptxas(self) -> dict[str, dict]:
         """Per-kernel ptxas report: registers, shared memory, stack, spills."""
@@ -144,6 +154,18 @@ def _fingerprint(src: KernelSource, arch: str, inputs: tuple[Path, ...]) -> str:
 
 
 _compiled: dict[str, Compiled] = {}
+_functions: dict[tuple, tuple] = {}   # (source, name) -> (stat signature, inputs, kernel)
+
+
+def _stat_signature(paths) -> tuple:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
 
 
 def compile_source(src: KernelSource, arch: str | None = None) -> Compiled:
