@@ -8,6 +8,7 @@
 //   memory_smem_col            ... reads a column of the unpadded tile: a 32-way bank conflict
 //   memory_smem_col_padded     ... of a [32][33] tile: no conflict
 //   memory_smem_col_swizzled   ... of an unpadded tile stored with column ^ row: no conflict
+//   memory_smem_row_vec4       rows again, 16 bytes per lane per load: 4 passes move 512 bytes
 #include "common.cuh"
 
 // [[snippet: pointer_chase]]
@@ -23,12 +24,26 @@ extern "C" __global__ void memory_pointer_chase(const unsigned* next, unsigned s
 // [[/snippet]]
 
 // [[snippet: strided_copy]]
-// Thread t reads x[t * stride] and writes y[t]: writes are always coalesced, reads touch one
-// 32-byte sector per `8 / stride` threads (stride < 8) or one sector per thread (stride >= 8).
+// Element t of y comes from x[t * stride]. Writes are always coalesced; the reads of a warp touch one
+// 32-byte sector per 8 / stride threads (stride < 8) or one sector per thread (stride >= 8).
+// Each thread moves STRIDED_ITEMS elements, t = block * 2048 + threadIdx.x + 256 k, with all its loads
+// issued before its stores: 32 bytes in flight per thread, so that stride 1 runs at copy speed
+// instead of being limited by latency (section 4.4).
+#define STRIDED_ITEMS 8
 extern "C" __global__ void memory_strided_copy(const float* __restrict__ x, float* __restrict__ y,
                                                unsigned n, unsigned stride) {
-    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < n) y[t] = x[(size_t)t * stride];
+    const unsigned base = blockIdx.x * (256u * STRIDED_ITEMS) + threadIdx.x;  // blockDim.x == 256
+    float v[STRIDED_ITEMS];
+#pragma unroll
+    for (int k = 0; k < STRIDED_ITEMS; ++k) {
+        const unsigned t = base + 256u * k;
+        v[k] = t < n ? x[(size_t)t * stride] : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < STRIDED_ITEMS; ++k) {
+        const unsigned t = base + 256u * k;
+        if (t < n) y[t] = v[k];
+    }
 }
 // [[/snippet]]
 
@@ -60,6 +75,8 @@ extern "C" __global__ void memory_copy_f4(const float4* __restrict__ x, float4* 
 //   1: column   lane l reads element (l, c)  at word l * LD + c        LD = 32: bank c  (32-way)
 //                                                                      LD = 33: bank (l + c) % 32
 //   2: swizzled element (r, c) is stored at word r * 32 + (c ^ r);     bank c ^ l       (no conflict)
+//   3: row, 16 bytes per lane: instruction q reads rows 4q..4q+3, lane l the float4 at row 4q + l / 8,
+//      columns 4 (l % 8) .. +3. 512 bytes per instruction, served in 4 conflict-free passes of 8 lanes.
 template <int LD, int MODE>
 __device__ __forceinline__ int smem_word(int lane, int c) {
     if (MODE == 0) return c * LD + lane;
@@ -67,25 +84,41 @@ __device__ __forceinline__ int smem_word(int lane, int c) {
     return lane * LD + (c ^ lane);
 }
 
+// A 16-byte shared-memory load that is always issued (ld.volatile), like the volatile scalar loads.
+__device__ __forceinline__ float4 lds128(const float* p) {
+    float4 v;
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+    return v;
+}
+
 template <int LD, int MODE>
 __device__ __forceinline__ void smem_read(const float* __restrict__ x, float* __restrict__ y, int reps) {
-    __shared__ float tile[32 * LD];  // [32, LD] floats: the block's 32x32 tile (+ padding if LD = 33)
+    __shared__ __align__(16) float tile[32 * LD];  // [32, LD] floats: the block's 32x32 tile (+ padding if LD = 33)
     const float* src = x + (size_t)blockIdx.x * 1024;
     for (int e = threadIdx.x; e < 1024; e += blockDim.x) {
         const int r = e / 32, c = e % 32;
-        tile[r * LD + (MODE == 2 ? (c ^ r) : c)] = src[e];
+        tile[r * LD + (MODE == 2 ? (c ^ r) : c)] = src[e];  // MODE 3 uses the plain layout
     }
     __syncthreads();
     volatile float* t = tile;  // volatile: every load is issued, none merged or hoisted
     const int lane = threadIdx.x % 32;
     float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
     for (int k = 0; k < reps; ++k) {
+        if (MODE == 3) {
 #pragma unroll
-        for (int c = 0; c < 32; c += 4) {
-            acc0 += t[smem_word<LD, MODE>(lane, c + 0)];
-            acc1 += t[smem_word<LD, MODE>(lane, c + 1)];
-            acc2 += t[smem_word<LD, MODE>(lane, c + 2)];
-            acc3 += t[smem_word<LD, MODE>(lane, c + 3)];
+            for (int q = 0; q < 8; ++q) {  // 8 loads of 16 bytes: as many bytes as 32 loads of 4
+                const float4 v = lds128(tile + (4 * q + lane / 8) * 32 + 4 * (lane % 8));
+                acc0 += v.x; acc1 += v.y; acc2 += v.z; acc3 += v.w;
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < 32; c += 4) {
+                acc0 += t[smem_word<LD, MODE>(lane, c + 0)];
+                acc1 += t[smem_word<LD, MODE>(lane, c + 1)];
+                acc2 += t[smem_word<LD, MODE>(lane, c + 2)];
+                acc3 += t[smem_word<LD, MODE>(lane, c + 3)];
+            }
         }
     }
     y[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = (acc0 + acc1) + (acc2 + acc3);
@@ -95,4 +128,5 @@ extern "C" __global__ void memory_smem_row(const float* x, float* y, int reps) {
 extern "C" __global__ void memory_smem_col(const float* x, float* y, int reps) { smem_read<32, 1>(x, y, reps); }
 extern "C" __global__ void memory_smem_col_padded(const float* x, float* y, int reps) { smem_read<33, 1>(x, y, reps); }
 extern "C" __global__ void memory_smem_col_swizzled(const float* x, float* y, int reps) { smem_read<32, 2>(x, y, reps); }
+extern "C" __global__ void memory_smem_row_vec4(const float* x, float* y, int reps) { smem_read<32, 3>(x, y, reps); }
 // [[/snippet]]

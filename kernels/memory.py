@@ -7,13 +7,27 @@ their logic is tested on a CPU.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
 from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
+from utils.paths import INCLUDE
 
 SOURCE = KernelSource("memory.cu")
+
+_FUNCS: dict = {}
+
+
+def _function(name: str):
+    """``SOURCE.function(name)``, kept while kernels/ files are unchanged (a stat per call, no re-hash:
+    ``KernelSource.function`` costs about a third of a millisecond, too much inside a timed region)."""
+    stamp = (SOURCE.path.stat().st_mtime_ns, *(e.stat().st_mtime_ns for e in os.scandir(INCLUDE)))
+    hit = _FUNCS.get(name)
+    if hit is None or hit[0] != stamp:
+        hit = _FUNCS[name] = (stamp, SOURCE.function(name))
+    return hit[1]
 
 BLOCK = 256
 
@@ -68,13 +82,13 @@ def make_chase(ws_bytes: int, xp=None) -> Chase:
 def chase_plan(ws_bytes: int, l2_bytes: int, *, min_hops: int = 1 << 17, cold_hops: int = 1 << 15):
     """How to walk a working set: (hops, flush_l2).
 
-    A working set that fits in half the L2 is walked in whole laps (at least ``min_hops`` loads) with
+    A working set smaller than the L2 is walked in whole laps (at least ``min_hops`` loads) with
     the caches left warm between repetitions, so every load after the first lap hits the level that
     holds the set. A larger one is walked for ``cold_hops`` loads (less than a lap: no line is visited
     twice) after the L2 has been flushed, so every load goes to HBM.
     """
     n = ws_bytes // LINE_BYTES
-    if ws_bytes <= l2_bytes // 2:
+    if ws_bytes < l2_bytes:
         laps = max(1, -(-min_hops // n))
         return n * laps, False
     return min(cold_hops, n), True
@@ -86,13 +100,14 @@ def pointer_chase(chase: Chase, hops: int, sink):
     expect_array(sink, "sink", dtype=np.uint32, ndim=1, align=4)
     if not 1 <= hops < 2**63:
         raise ValueError(f"hops: expected a positive count, got {hops}")
-    SOURCE.function("memory_pointer_chase")((1,), (1,), (chase.next, np.uint32(chase.start),
+    _function("memory_pointer_chase")((1,), (1,), (chase.next, np.uint32(chase.start),
                                                          np.uint64(hops), sink))
 
 
 # --- coalescing: strided reads ----------------------------------------------------------------------
 
 SECTOR_BYTES = 32
+STRIDED_ITEMS = 8   # elements per thread in memory_strided_copy (its STRIDED_ITEMS)
 
 
 def strided_copy(x, y, stride: int):
@@ -103,12 +118,12 @@ def strided_copy(x, y, stride: int):
     n = _size(y)
     if not 1 <= stride < 2**31:
         raise ValueError(f"stride: expected a positive int32, got {stride}")
-    if n < 1 or n >= 2**32:
-        raise ValueError(f"y: expected 1 to 2**32 - 1 elements, got {n}")
+    if n < 1 or n >= 2**31:
+        raise ValueError(f"y: expected 1 to 2**31 - 1 elements, got {n}")
     if (n - 1) * stride + 1 > _size(x):
         raise ValueError(f"x: stride {stride} over {n} outputs needs {(n - 1) * stride + 1} elements, "
                          f"x has {_size(x)}")
-    SOURCE.function("memory_strided_copy")((-(-n // BLOCK),), (BLOCK,),
+    _function("memory_strided_copy")((-(-n // (BLOCK * STRIDED_ITEMS)),), (BLOCK,),
                                            (x, y, np.uint32(n), np.uint32(stride)))
     return y
 
@@ -151,7 +166,7 @@ def copy_vec(x, y, width: int):
     grid = -(-n // BLOCK)
     if grid >= 2**31:
         raise ValueError(f"x: {_size(x)} floats need {grid} blocks, more than a grid holds")
-    SOURCE.function(VEC_KERNELS[width])((grid,), (BLOCK,), (x, y, np.uint64(n)))
+    _function(VEC_KERNELS[width])((grid,), (BLOCK,), (x, y, np.uint64(n)))
     return y
 
 
@@ -162,6 +177,7 @@ SMEM_KERNELS = {
     "col": "memory_smem_col",
     "col_padded": "memory_smem_col_padded",
     "col_swizzled": "memory_smem_col_swizzled",
+    "row_vec4": "memory_smem_row_vec4",
 }
 TILE = 32
 
@@ -183,15 +199,22 @@ def smem_read(x, y, mode: str, reps: int):
         raise ValueError(f"y: expected {blocks * BLOCK} floats ({blocks} blocks x {BLOCK}), got {_size(y)}")
     if not 1 <= reps < 2**31:
         raise ValueError(f"reps: expected a positive int32, got {reps}")
-    SOURCE.function(SMEM_KERNELS[mode])((blocks,), (BLOCK,), (x, y, np.int32(reps)))
+    _function(SMEM_KERNELS[mode])((blocks,), (BLOCK,), (x, y, np.int32(reps)))
     return y
 
 
 def smem_reference(x, mode: str, reps: int, xp=None):
-    """What ``smem_read`` writes: lane l of every warp sums row l (column modes) or column l (row mode)."""
+    """What ``smem_read`` writes: lane l of every warp sums row l (column modes), column l (row mode),
+    or, in row_vec4 mode, columns 4 (l % 8) .. +3 of the rows r = l / 8 (mod 4)."""
     xp = xp or _cupy()
     tiles = x.reshape(-1, TILE, TILE).astype(xp.float64)           # [blocks, r, c]
-    per_lane = tiles.sum(axis=1) if mode == "row" else tiles.sum(axis=2)  # [blocks, lane]
+    if mode == "row":
+        per_lane = tiles.sum(axis=1)                                # [blocks, lane]
+    elif mode == "row_vec4":
+        # [blocks, q, lane // 8, lane % 8, 4]: row 4q + lane // 8, columns 4 (lane % 8) + e
+        per_lane = tiles.reshape(-1, 8, 4, 8, 4).sum(axis=(1, 4)).reshape(-1, TILE)
+    else:
+        per_lane = tiles.sum(axis=2)
     warps = BLOCK // 32
     return (reps * xp.repeat(per_lane[:, None, :], warps, axis=1)).reshape(-1)
 
@@ -201,6 +224,8 @@ def smem_banks(mode: str, lane_count: int = 32, col: int = 0) -> list[int]:
     ld = TILE + 1 if mode == "col_padded" else TILE
     banks = []
     for lane in range(lane_count):
+        if mode == "row_vec4":
+            raise ValueError("row_vec4 loads 16 bytes per lane; its banks are not one word per lane")
         if mode == "row":
             word = col * ld + lane
         elif mode in ("col", "col_padded"):

@@ -13,6 +13,9 @@
 //                      micro-tile as 4 float4, transposes it in registers, and the tile sits in
 //                      shared memory already transposed, in 16-byte chunks XOR-swizzled by row
 //   v6_vec4_stream     v5 with streaming cache hints (__ldcs / __stcs): the data are touched once
+//   v7_vec4_colmajor   v5 (no hints) with the block order turned: blockIdx.x walks down the row tiles,
+//                      so the blocks in flight together fill whole rows of `out`
+//   v8_vec4_tile64     v7 with 64x128 tiles: 32 elements per thread, 256-byte runs per row of `out`
 #include "common.cuh"
 
 // [[snippet: transpose_v0]]
@@ -81,20 +84,22 @@ extern "C" __global__ void transpose_v4_smem_swizzled(const float* __restrict__ 
 }
 // [[/snippet]]
 
-// [[snippet: transpose_v5]]
-// Tile: 32 rows x 128 columns of `in` (16 KB), block (32, 8) = 256 threads, 16 elements per thread.
-//   load:  warp w, lane l holds the 4x4 micro-tile a[i] = in[r0 + 4w + i][c0 + 4l .. 4l + 3]
-//          (4 float4 loads; a warp reads 512 contiguous bytes of each of its 4 rows).
-//   smem:  the tile is stored transposed, as rows of `out`: [128 rows][32 floats] = [128][8] chunks
-//          of 16 bytes. Row c = 4l + j receives the micro-tile's column j, (a[0].j, ..., a[3].j),
-//          at logical chunk w. Chunk k of row c is stored at physical chunk k ^ ((c >> 2) & 7).
-//   store: thread t writes chunk k = t % 8 of rows c = t / 8 + 32 i (i = 0..3): 8 lanes cover the
-//          128 contiguous bytes of one row of `out`, a warp covers 4 rows (float4 stores).
-// Bank check (a 16-byte access is served 8 lanes at a time, 8 distinct chunks = 32 banks):
-//   load side  lanes l..l+7 write physical chunks w ^ (l & 7): 8 distinct chunks;
-//   store side lanes 8q..8q+7 read row c, physical chunks k ^ const for k = 0..7: 8 distinct chunks.
+// [[snippet: transpose_vec4]]
+// Tile: TR rows x 128 columns of `in` (TR = 32 or 64), block (32, 8) = 256 threads, 16 or 32 elements
+// per thread. H = TR / 32 micro-tile rows per thread, CH = TR / 4 chunks of 16 bytes per row of `out`.
+//   load:  warp w, lane l holds the 4x4 micro-tiles a[h][i] = in[r0 + 32h + 4w + i][c0 + 4l .. 4l + 3]
+//          (float4 loads; a warp reads 512 contiguous bytes of each row it touches).
+//   smem:  the tile is stored transposed, as rows of `out`: [128 rows][CH chunks of 16 bytes]. Row
+//          c = 4l + j receives the micro-tile's column j, (a[h][0].j, ..., a[h][3].j), at logical
+//          chunk 8h + w. Chunk k of row c is stored at physical chunk k ^ ((c >> 2) & 7).
+//   store: chunk k = idx % CH of row c = idx / CH, idx = t + 256 i: CH consecutive lanes cover one
+//          row of the out tile (128 or 256 contiguous bytes of `out`), float4 stores.
+// Banks: a 16-byte access is served 8 lanes at a time, and 8 distinct chunks modulo 8 cover all 32 banks:
+//   load side  lanes l..l+7 write physical chunks 8h + (w ^ (l & 7)): 8 distinct;
+//   store side 8 lanes read 8 consecutive logical chunks of one row, XORed by one constant: 8 distinct.
 // Edge tiles, and shapes whose rows or columns are not a multiple of 4 (no 16-byte alignment), take
 // the same path through shared memory with guarded scalar global accesses.
+// COLMAJOR: blockIdx.x walks the row tiles (down `in`), blockIdx.y the column tiles.
 __device__ __forceinline__ float f4_get(const float4& v, int j) {
     return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
@@ -110,39 +115,48 @@ __device__ __forceinline__ void store_f4(float* p, float4 v) {
     else *reinterpret_cast<float4*>(p) = v;
 }
 
-template <bool STREAM>
+template <int TR, bool STREAM, bool COLMAJOR>
 __device__ __forceinline__ void transpose_vec4(const float* __restrict__ in, float* __restrict__ out,
                                                int rows, int cols) {
-    __shared__ float4 tile[128 * 8];  // [128, 8] float4 chunks = [128, 32] floats: rows of out, swizzled
+    constexpr int H = TR / 32, CH = TR / 4;
+    __shared__ float4 tile[128 * CH];  // [128, CH] float4 chunks = [128, TR] floats: rows of out, swizzled
     const int l = threadIdx.x, w = threadIdx.y, t = w * 32 + l;
-    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 128;
-    const bool full = r0 + 32 <= rows && c0 + 128 <= cols && (rows % 4) == 0 && (cols % 4) == 0;
+    const int r0 = (COLMAJOR ? blockIdx.x : blockIdx.y) * TR;
+    const int c0 = (COLMAJOR ? blockIdx.y : blockIdx.x) * 128;
+    const bool full = r0 + TR <= rows && c0 + 128 <= cols && (rows % 4) == 0 && (cols % 4) == 0;
 
-    float4 a[4];  // [4 rows, 4 cols] micro-tile of in
+    float4 a[H][4];  // H micro-tiles of [4 rows, 4 cols] of in
     if (full) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = load_f4<STREAM>(in + (size_t)(r0 + 4 * w + i) * cols + c0 + 4 * l);
+        for (int h = 0; h < H; ++h)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                a[h][i] = load_f4<STREAM>(in + (size_t)(r0 + 32 * h + 4 * w + i) * cols + c0 + 4 * l);
     } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int r = r0 + 4 * w + i, c = c0 + 4 * l;
-            const float* p = in + (size_t)r * cols + c;
-            const bool ok = r < rows;
-            a[i] = make_float4(ok && c + 0 < cols ? p[0] : 0.f, ok && c + 1 < cols ? p[1] : 0.f,
-                               ok && c + 2 < cols ? p[2] : 0.f, ok && c + 3 < cols ? p[3] : 0.f);
-        }
+        for (int h = 0; h < H; ++h)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + 32 * h + 4 * w + i, c = c0 + 4 * l;
+                const float* p = in + (size_t)r * cols + c;
+                const bool ok = r < rows;
+                a[h][i] = make_float4(ok && c + 0 < cols ? p[0] : 0.f, ok && c + 1 < cols ? p[1] : 0.f,
+                                      ok && c + 2 < cols ? p[2] : 0.f, ok && c + 3 < cols ? p[3] : 0.f);
+            }
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // column j of the micro-tile becomes row 4l + j of the out tile
-        const int c = 4 * l + j;
-        tile[c * 8 + (w ^ ((c >> 2) & 7))] =
-            make_float4(f4_get(a[0], j), f4_get(a[1], j), f4_get(a[2], j), f4_get(a[3], j));
-    }
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // column j of micro-tile h becomes row 4l + j of the out tile
+            const int c = 4 * l + j;
+            tile[c * CH + 8 * h + (w ^ ((c >> 2) & 7))] =
+                make_float4(f4_get(a[h][0], j), f4_get(a[h][1], j), f4_get(a[h][2], j), f4_get(a[h][3], j));
+        }
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = t / 8 + 32 * i, k = t % 8;  // row c of the out tile, chunk k (out cols 4k..4k+3)
-        const float4 v = tile[c * 8 + (k ^ ((c >> 2) & 7))];
+    for (int i = 0; i < 128 * CH / 256; ++i) {
+        const int idx = t + 256 * i, c = idx / CH, k = idx % CH;  // row c of the out tile, chunk k
+        const float4 v = tile[c * CH + (k ^ ((c >> 2) & 7))];
         float* p = out + (size_t)(c0 + c) * rows + r0 + 4 * k;
         if (full) {
             store_f4<STREAM>(p, v);
@@ -153,18 +167,32 @@ __device__ __forceinline__ void transpose_vec4(const float* __restrict__ in, flo
         }
     }
 }
+// [[/snippet]]
 
-extern "C" __global__ void __launch_bounds__(256) transpose_v5_vec4(const float* __restrict__ in,
-                                                                    float* __restrict__ out,
-                                                                    int rows, int cols) {
-    transpose_vec4<false>(in, out, rows, cols);
+// [[snippet: transpose_v5]]
+extern "C" __global__ void __launch_bounds__(256) transpose_v5_vec4(
+    const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
+    transpose_vec4</*TR=*/32, /*STREAM=*/false, /*COLMAJOR=*/false>(in, out, rows, cols);
 }
 // [[/snippet]]
 
 // [[snippet: transpose_v6]]
-extern "C" __global__ void __launch_bounds__(256) transpose_v6_vec4_stream(const float* __restrict__ in,
-                                                                           float* __restrict__ out,
-                                                                           int rows, int cols) {
-    transpose_vec4<true>(in, out, rows, cols);
+extern "C" __global__ void __launch_bounds__(256) transpose_v6_vec4_stream(
+    const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
+    transpose_vec4</*TR=*/32, /*STREAM=*/true, /*COLMAJOR=*/false>(in, out, rows, cols);
+}
+// [[/snippet]]
+
+// [[snippet: transpose_v7]]
+extern "C" __global__ void __launch_bounds__(256) transpose_v7_vec4_colmajor(
+    const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
+    transpose_vec4</*TR=*/32, /*STREAM=*/false, /*COLMAJOR=*/true>(in, out, rows, cols);
+}
+// [[/snippet]]
+
+// [[snippet: transpose_v8]]
+extern "C" __global__ void __launch_bounds__(256) transpose_v8_vec4_tile64(
+    const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
+    transpose_vec4</*TR=*/64, /*STREAM=*/false, /*COLMAJOR=*/true>(in, out, rows, cols);
 }
 // [[/snippet]]

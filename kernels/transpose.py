@@ -5,12 +5,31 @@
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from utils.build import KernelSource
 from utils.ops import Version, expect_array, expect_same_device, registry
+from utils.paths import INCLUDE
 
 SOURCE = KernelSource("transpose.cu")
+
+_FUNCS: dict = {}
+
+
+def _function(name: str):
+    """``SOURCE.function(name)``, kept while kernels/ files are unchanged.
+
+    ``KernelSource.function`` re-hashes the sources on every call (about a third of a millisecond),
+    which would land inside the timed region of a 0.1 ms kernel; a stat of the files is enough to
+    notice an edit and recompile.
+    """
+    stamp = (SOURCE.path.stat().st_mtime_ns, *(e.stat().st_mtime_ns for e in os.scandir(INCLUDE)))
+    hit = _FUNCS.get(name)
+    if hit is None or hit[0] != stamp:
+        hit = _FUNCS[name] = (stamp, SOURCE.function(name))
+    return hit[1]
 
 MAX_GRID_Y = 65535
 
@@ -44,6 +63,10 @@ def geometry(kernel: str, rows: int, cols: int) -> tuple[tuple[int, int, int], t
         grid = (ceil_div(cols, 32), ceil_div(rows, 32), 1)      # one 32x32 tile per block
     elif kernel in ("transpose_v5_vec4", "transpose_v6_vec4_stream"):
         grid = (ceil_div(cols, 128), ceil_div(rows, 32), 1)     # one 32x128 tile per block
+    elif kernel == "transpose_v7_vec4_colmajor":                # blockIdx.x walks the row tiles
+        grid = (ceil_div(rows, 32), ceil_div(cols, 128), 1)
+    elif kernel == "transpose_v8_vec4_tile64":                  # 64x128 tiles, same order
+        grid = (ceil_div(rows, 64), ceil_div(cols, 128), 1)
     else:
         raise KeyError(f"unknown transpose kernel {kernel!r}")
     return grid, (32, 8, 1)
@@ -68,7 +91,7 @@ def _validate(x, out, kernel: str):
 def _launcher(kernel: str):
     def launch(x, out):
         rows, cols, grid, block = _validate(x, out, kernel)
-        SOURCE.function(kernel)(grid, block, (x, out, np.int32(rows), np.int32(cols)))
+        _function(kernel)(grid, block, (x, out, np.int32(rows), np.int32(cols)))
         return out
     launch.__name__ = f"launch_{kernel}"
     launch.__doc__ = f"Launch {kernel}: out (cols x rows) = x (rows x cols) transposed, fp32."
@@ -90,9 +113,13 @@ VERSIONS = registry(
             "32x128 tile, float4 loads and stores, 4x4 micro-tiles transposed in registers, swizzled 16-byte chunks"),
     Version("transpose_v6_vec4_stream", "v6_vec4_stream", _launcher("transpose_v6_vec4_stream"),
             "v5 with streaming cache hints (__ldcs / __stcs)"),
+    Version("transpose_v7_vec4_colmajor", "v7_vec4_colmajor", _launcher("transpose_v7_vec4_colmajor"),
+            "v5 with the block order turned: consecutive blocks walk down the rows of x"),
+    Version("transpose_v8_vec4_tile64", "v8_vec4_tile64", _launcher("transpose_v8_vec4_tile64"),
+            "v7 with 64x128 tiles: 32 elements per thread, 256-byte runs per row of out"),
 )
 
-BEST = "v6_vec4_stream"
+BEST = "v8_vec4_tile64"   # the chapter finds the fastest version from its own run
 
 
 def transpose(x, version: str = BEST):

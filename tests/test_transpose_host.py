@@ -30,8 +30,12 @@ def test_geometry_covers_every_element(rows, cols):
             assert gx * 32 >= cols and gy * 8 >= rows
         elif v.kernel == "transpose_v1_naive_colread":
             assert gx * 32 >= rows and gy * 8 >= cols
-        elif "vec4" in v.kernel:
+        elif v.kernel in ("transpose_v5_vec4", "transpose_v6_vec4_stream"):
             assert gx * 128 >= cols and gy * 32 >= rows
+        elif v.kernel == "transpose_v7_vec4_colmajor":
+            assert gx * 32 >= rows and gy * 128 >= cols
+        elif v.kernel == "transpose_v8_vec4_tile64":
+            assert gx * 64 >= rows and gy * 128 >= cols
         else:
             assert gx * 32 >= cols and gy * 32 >= rows
 
@@ -80,28 +84,31 @@ def _banks_of_16B_phase(chunk_indices):
     return len({c % 8 for c in chunk_indices}) == len(chunk_indices)
 
 
-def simulate_v5(x):
-    """The v5/v6 kernel's index arithmetic in NumPy, tile by tile (fast path and edge path alike)."""
+def simulate_vec4(x, tr=32):
+    """The v5-v8 kernels' index arithmetic in NumPy, tile by tile (fast path and edge path alike)."""
     rows, cols = x.shape
+    h_count, ch = tr // 32, tr // 4
     out = np.full((cols, rows), np.nan, np.float32)
-    for r0 in range(0, rows, 32):
+    for r0 in range(0, rows, tr):
         for c0 in range(0, cols, 128):
-            tile = np.full((128 * 8, 4), np.nan, np.float32)  # [128, 8] float4 chunks
+            tile = np.full((128 * ch, 4), np.nan, np.float32)  # [128, CH] float4 chunks
             for w in range(8):
                 for lane in range(32):
-                    a = np.zeros((4, 4), np.float32)
-                    for i in range(4):
+                    for h in range(h_count):
+                        a = np.zeros((4, 4), np.float32)
+                        for i in range(4):
+                            for j in range(4):
+                                r, c = r0 + 32 * h + 4 * w + i, c0 + 4 * lane + j
+                                if r < rows and c < cols:
+                                    a[i, j] = x[r, c]
                         for j in range(4):
-                            r, c = r0 + 4 * w + i, c0 + 4 * lane + j
-                            if r < rows and c < cols:
-                                a[i, j] = x[r, c]
-                    for j in range(4):
-                        c = 4 * lane + j
-                        tile[c * 8 + (w ^ ((c >> 2) & 7))] = a[:, j]
+                            c = 4 * lane + j
+                            tile[c * ch + 8 * h + (w ^ ((c >> 2) & 7))] = a[:, j]
             for t in range(256):
-                for i in range(4):
-                    c, k = t // 8 + 32 * i, t % 8
-                    v = tile[c * 8 + (k ^ ((c >> 2) & 7))]
+                for i in range(128 * ch // 256):
+                    idx = t + 256 * i
+                    c, k = idx // ch, idx % ch
+                    v = tile[c * ch + (k ^ ((c >> 2) & 7))]
                     if c0 + c < cols:
                         for j in range(4):
                             if r0 + 4 * k + j < rows:
@@ -109,28 +116,36 @@ def simulate_v5(x):
     return out
 
 
-@pytest.mark.parametrize("shape", [(37, 131), (64, 256), (5, 3)])
-def test_v5_index_maps_transpose(shape, rng):
+@pytest.mark.parametrize("tr", [32, 64])
+@pytest.mark.parametrize("shape", [(37, 131), (64, 256), (5, 3), (100, 20)])
+def test_vec4_index_maps_transpose(shape, tr, rng):
     x = rng.standard_normal(shape).astype(np.float32)
-    assert np.array_equal(simulate_v5(x), x.T)
+    assert np.array_equal(simulate_vec4(x, tr), x.T)
 
 
-def test_v5_shared_memory_accesses_are_conflict_free():
-    # load side: warp w, lanes 8q..8q+7 store row c = 4 l + j at physical chunk w ^ ((c >> 2) & 7)
+@pytest.mark.parametrize("tr", [32, 64])
+def test_vec4_shared_memory_accesses_are_conflict_free(tr):
+    h_count, ch = tr // 32, tr // 4
+    # load side: warp w, lanes 8q..8q+7 store row c = 4 l + j at physical chunk 8h + (w ^ ((c >> 2) & 7))
     for w in range(8):
-        for j in range(4):
-            for q in range(4):
-                lanes = range(8 * q, 8 * q + 8)
-                chunks = [(4 * lane + j) * 8 + (w ^ (((4 * lane + j) >> 2) & 7)) for lane in lanes]
-                assert _banks_of_16B_phase(chunks)
-    # store side: thread t reads row t // 8 + 32 i, physical chunk (t % 8) ^ ((c >> 2) & 7)
-    for i in range(4):
+        for h in range(h_count):
+            for j in range(4):
+                for q in range(4):
+                    chunks = [(4 * lane + j) * ch + 8 * h + (w ^ (((4 * lane + j) >> 2) & 7))
+                              for lane in range(8 * q, 8 * q + 8)]
+                    assert _banks_of_16B_phase(chunks)
+    # store side: thread t reads row idx // CH, physical chunk (idx % CH) ^ ((c >> 2) & 7), idx = t + 256 i
+    for i in range(128 * ch // 256):
         for t0 in range(0, 256, 8):
             chunks = []
             for t in range(t0, t0 + 8):
-                c, k = t // 8 + 32 * i, t % 8
-                chunks.append(c * 8 + (k ^ ((c >> 2) & 7)))
+                idx = t + 256 * i
+                c, k = idx // ch, idx % ch
+                chunks.append(c * ch + (k ^ ((c >> 2) & 7)))
             assert _banks_of_16B_phase(chunks)
+    # every (row, logical chunk) has its own physical slot
+    slots = {c * ch + (k ^ ((c >> 2) & 7)) for c in range(128) for k in range(ch)}
+    assert len(slots) == 128 * ch
 
 
 @pytest.mark.parametrize("ld,swizzle,ways", [(32, False, 32), (33, False, 1), (32, True, 1)])
@@ -169,6 +184,8 @@ def test_chase_plan():
     assert not flush and hops % (16 << 10 >> 7) == 0 and hops >= 1 << 17
     hops, flush = M.chase_plan(24 << 20, l2)
     assert not flush and hops == (24 << 20) // 128
+    hops, flush = M.chase_plan(48 << 20, l2)
+    assert not flush and hops == (48 << 20) // 128
     hops, flush = M.chase_plan(1 << 30, l2)
     assert flush and hops < (1 << 30) // 128
 

@@ -40,7 +40,7 @@ def test_copy_vec(width):
     assert_close(y, x, dtype="exact")
 
 
-@pytest.mark.parametrize("mode", ["row", "col", "col_padded", "col_swizzled"])
+@pytest.mark.parametrize("mode", ["row", "col", "col_padded", "col_swizzled", "row_vec4"])
 def test_smem_read(mode):
     import cupy
     from kernels import memory as M
