@@ -4,8 +4,10 @@
 // that unit busy and nothing else. Every probe writes a result, so the compiler can drop no work, and
 // the host side (ceilings.py) checks that result against a reference before any timing.
 //
-//   copy_v1_vec4       HBM copy: grid-stride over float4, COPY_UNROLL independent 16-byte loads in
-//                      flight before the first store; the n % 4 tail by the first threads
+//   copy_v1_vec4       HBM copy: one wave of blocks, grid-stride over float4, COPY_UNROLL independent
+//                      16-byte loads in flight before the first store; the n % 4 tail by the first threads
+//   copy_v2_vec4_blocks  the same bytes, one float4 per thread and no loop: the grid covers the array and
+//                      the block scheduler walks it in order (fewer loads in flight, better DRAM order)
 //   read_v1_vec4       HBM / L2 read: the same access pattern with the loads summed, one partial sum per
 //                      block; `repeats` passes over the buffer in one flat index space, so a buffer that
 //                      fits in L2 is read many times per launch with loads of successive passes in flight
@@ -49,7 +51,8 @@ __device__ __forceinline__ void add4(float4& acc, const float4& v) {
 }
 
 // [[snippet: copy_v1]]
-// src, dst: [n] floats, 16-byte aligned. Thread t copies float4 number t, t + stride, t + 2 stride, ...
+// src, dst: [n] floats, 16-byte aligned. One wave of blocks; thread t copies float4 number t, t + stride,
+// t + 2 stride, ...: COPY_UNROLL independent 16-byte loads leave before the first store.
 extern "C" __global__ void __launch_bounds__(COPY_THREADS, 8)
 copy_v1_vec4(const float* __restrict__ src, float* __restrict__ dst, unsigned long long n)
 {
@@ -59,16 +62,31 @@ copy_v1_vec4(const float* __restrict__ src, float* __restrict__ dst, unsigned lo
     const unsigned long long stride = (unsigned long long)gridDim.x * COPY_THREADS;
     const unsigned long long t = (unsigned long long)blockIdx.x * COPY_THREADS + threadIdx.x;
     unsigned long long i = t;
-    // COPY_UNROLL loads leave before the first store: 4 x 16 B in flight per thread
     for (; i + (COPY_UNROLL - 1) * stride < n4; i += COPY_UNROLL * stride) {
-        float4 v[COPY_UNROLL];
+        float4 v[COPY_UNROLL];                                            // [COPY_UNROLL] float4 in registers
 #pragma unroll
-        for (int u = 0; u < COPY_UNROLL; ++u) v[u] = load_stream(src4 + i + u * stride);
+        for (int u = 0; u < COPY_UNROLL; ++u) v[u] = src4[i + u * stride];
 #pragma unroll
-        for (int u = 0; u < COPY_UNROLL; ++u) store_stream(dst4 + i + u * stride, v[u]);
+        for (int u = 0; u < COPY_UNROLL; ++u) dst4[i + u * stride] = v[u];
     }
-    for (; i < n4; i += stride) store_stream(dst4 + i, load_stream(src4 + i));  // < COPY_UNROLL left
-    if (t < n - 4 * n4) dst[4 * n4 + t] = src[4 * n4 + t];                      // the n % 4 tail
+    for (; i < n4; i += stride) dst4[i] = src4[i];                        // fewer than COPY_UNROLL left
+    if (t < n - 4 * n4) dst[4 * n4 + t] = src[4 * n4 + t];                // the n % 4 tail
+}
+// [[/snippet]]
+
+// [[snippet: copy_v2]]
+// One float4 per thread and no loop: block b copies float4s [256 b, 256 b + 256), the grid covers the
+// whole array. Blocks start in order as earlier ones finish, so at any moment the resident blocks work
+// on one narrow window that sweeps the array from front to back.
+extern "C" __global__ void __launch_bounds__(COPY_THREADS)
+copy_v2_vec4_blocks(const float* __restrict__ src, float* __restrict__ dst, unsigned long long n)
+{
+    const float4* src4 = reinterpret_cast<const float4*>(src);
+    float4* dst4 = reinterpret_cast<float4*>(dst);
+    const unsigned long long n4 = n / 4;
+    const unsigned long long i = (unsigned long long)blockIdx.x * COPY_THREADS + threadIdx.x;
+    if (i < n4) dst4[i] = src4[i];
+    if (i < n - 4 * n4) dst[4 * n4 + i] = src[4 * n4 + i];                // the n % 4 tail, first threads
 }
 // [[/snippet]]
 

@@ -32,6 +32,9 @@ def test_grids_fill_each_sm_once():
     assert C.copy_grid(3, 132) == 1
     assert C.copy_grid(4 * 256 * 5 + 3, 132) == 5
     assert C.copy_grid(4 * 256 * 5 + 4, 132) == 6
+    assert C.copy_v2_grid(1) == C.copy_v2_grid(3) == 1
+    assert C.copy_v2_grid(4 * 256 * 5 + 4) == 6
+    assert C.copy_v2_grid(1 << 28) == (1 << 26) // 256
     assert C.copy_grid(1 << 28, 132) == 132 * 8
     assert C.read_grid(132) == 1056
     assert C.smem_grid(132) == 264
@@ -148,9 +151,10 @@ F32, U64 = np.float32, np.uint64
     (FakeDeviceArray((2, 4), F32), FakeDeviceArray((8,), F32), "expected 1 dimensions"),
     (FakeDeviceArray((0,), F32), FakeDeviceArray((0,), F32), "at least one element"),
 ])
-def test_copy_v1_rejects(src, dst, msg):
+@pytest.mark.parametrize("launch", [C.copy_v1, C.copy_v2])
+def test_copy_rejects(launch, src, dst, msg):
     with pytest.raises(ValueError, match=msg):
-        C.copy_v1(src, dst)
+        launch(src, dst)
 
 
 @pytest.mark.parametrize("src,partial,repeats,msg", [

@@ -8,12 +8,13 @@ from utils.check import assert_close, poisoned
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("launch", [C.copy_v1, C.copy_v2])
 @pytest.mark.parametrize("n", [1, 3, 4, 37, 1823 * 781, (1 << 20) + 3])
-def test_copy_v1(n):
+def test_copy(launch, n):
     import cupy
     x = cupy.random.standard_normal(n, dtype=cupy.float32)
     y = poisoned((n,), np.float32)
-    C.copy_v1(x, y)
+    launch(x, y)
     assert_close(y, x, dtype="exact")
 
 
