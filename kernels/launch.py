@@ -1,0 +1,217 @@
+"""Chapter 3 host side: streams and events (copy/compute overlap) and the cost of a kernel launch.
+
+Imports without a GPU: the reference, the pipeline model and argument checks are plain Python/NumPy;
+CuPy is imported inside the functions that launch.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from utils.build import KernelSource
+from utils.ops import expect_array
+
+SOURCE = KernelSource("launch.cu")
+
+
+_fns: dict = {}
+
+
+def kernel(name: str):
+    """SOURCE.function(name), looked up once per version of the .cu file: a lookup through the build
+    cache hashes the sources (about 0.1 ms), which would land inside every timed launch."""
+    key = (name, SOURCE.path.stat().st_mtime_ns)
+    fn = _fns.get(key)
+    if fn is None:
+        fn = _fns[key] = SOURCE.function(name)
+    return fn
+
+CHUNK_THREADS = 256
+
+
+# --- chunk work: a kernel of adjustable length ------------------------------------------------------------
+
+def chunk_work_ref(x, iters: int):
+    """v_k = 2x - x * 0.5**k after k steps of v <- 0.5 v + x from v_0 = x (float64)."""
+    try:
+        import cupy
+        xp = cupy.get_array_module(x)
+    except ImportError:
+        xp = np
+    x64 = x.astype(xp.float64)
+    return 2.0 * x64 - x64 * (0.5 ** int(iters))
+
+
+def chunk_work_flops(n: int, iters: int) -> int:
+    """One FMA (2 FLOP) per step per element."""
+    return 2 * int(n) * int(iters)
+
+
+def launch_chunk_work(x, y, iters: int, *, blocks: int):
+    """y = chunk_work(x) on the current stream, ``blocks`` blocks of 256 threads in a grid-stride loop."""
+    expect_array(x, "x", dtype=np.float32, ndim=1, align=4)
+    expect_array(y, "y", dtype=np.float32, shape=x.shape, align=4)
+    if int(iters) < 0 or int(blocks) < 1:
+        raise ValueError(f"need iters >= 0 and blocks >= 1, got {iters}, {blocks}")
+    kernel("chunk_work")((int(blocks),), (CHUNK_THREADS,),
+                                  (x, y, np.int64(x.shape[0]), np.int32(iters)))
+    return y
+
+
+# --- the copy/compute pipeline ----------------------------------------------------------------------------
+
+def pipeline_model(chunks: int, copy_ms: float, kernel_ms: float, streams: int) -> float:
+    """Makespan of `chunks` x (H2D copy, then kernel), chunk i on stream i % streams.
+
+    One copy engine takes the copies in issue order; kernels fill the GPU, so they run one at a time;
+    on each stream a copy waits for that stream's previous kernel. streams = 1 is the serial schedule.
+    """
+    if chunks < 1 or streams < 1:
+        raise ValueError(f"need chunks >= 1 and streams >= 1, got {chunks}, {streams}")
+    kern_end: list[float] = []
+    copy_free = sm_free = 0.0
+    for i in range(int(chunks)):
+        ready = kern_end[i - streams] if i >= streams else 0.0
+        copy_end = max(copy_free, ready) + copy_ms
+        copy_free = copy_end
+        k_end = max(copy_end, sm_free) + kernel_ms
+        sm_free = k_end
+        kern_end.append(k_end)
+    return max(kern_end)
+
+
+def _check_pipeline_args(h_x, d_x, d_y):
+    if not isinstance(h_x, np.ndarray) or h_x.dtype != np.float32 or h_x.ndim != 2 \
+            or not h_x.flags.c_contiguous:
+        raise ValueError("h_x must be a C-contiguous 2-D float32 NumPy array in pinned memory "
+                         "(cupyx.empty_pinned((chunks, n), numpy.float32))")
+    expect_array(d_x, "d_x", dtype=np.float32, shape=h_x.shape, align=4)
+    expect_array(d_y, "d_y", dtype=np.float32, shape=h_x.shape, align=4)
+
+
+def run_pipeline(h_x, d_x, d_y, iters: int, streams, *, blocks: int):
+    """Chunk i: copy h_x[i] to d_x[i] (cudaMemcpyAsync from pinned memory), then chunk_work into d_y[i],
+    both on streams[i % len(streams)]. Everything is enqueued; nothing waits.
+
+    Returns (start, marks, ends): the start event (every stream waits on it), per chunk the events
+    (before copy, after copy, after kernel), and one end event per stream.
+    """
+    _check_pipeline_args(h_x, d_x, d_y)
+    if not streams:
+        raise ValueError("need at least one stream")
+    import cupy
+    chunks, n = h_x.shape
+    fn = kernel("chunk_work")
+    start = cupy.cuda.Event()
+    start.record(streams[0])
+    for s in streams[1:]:
+        s.wait_event(start)
+    marks = []
+    for i in range(chunks):
+        s = streams[i % len(streams)]
+        e_copy, e_kernel, e_done = cupy.cuda.Event(), cupy.cuda.Event(), cupy.cuda.Event()
+        e_copy.record(s)
+        cupy.cuda.runtime.memcpyAsync(d_x[i].data.ptr, h_x[i].ctypes.data, n * 4,
+                                      cupy.cuda.runtime.memcpyHostToDevice, s.ptr)
+        e_kernel.record(s)
+        with s:
+            fn((int(blocks),), (CHUNK_THREADS,), (d_x[i], d_y[i], np.int64(n), np.int32(iters)))
+        e_done.record(s)
+        marks.append((e_copy, e_kernel, e_done))
+    ends = []
+    for s in streams:
+        e = cupy.cuda.Event()
+        e.record(s)
+        ends.append(e)
+    return start, marks, ends
+
+
+def pipeline_times(start, marks, ends) -> tuple[float, np.ndarray]:
+    """Wait for the pipeline; return its makespan (ms) and [chunks, 3] times (ms after start) of
+    copy start, copy end = kernel enqueue point, kernel end."""
+    import cupy
+    for e in ends:
+        e.synchronize()
+    rows = np.array([[cupy.cuda.get_elapsed_time(start, e) for e in m] for m in marks])
+    total = max(cupy.cuda.get_elapsed_time(start, e) for e in ends)
+    return total, rows
+
+
+# --- launch cost -----------------------------------------------------------------------------------------
+
+def empty_kernel():
+    return kernel("empty_kernel")
+
+
+def launch_empty(fn) -> None:
+    """One launch of the empty kernel (1 block of 1 thread) on the current stream."""
+    fn((1,), (1,), ())
+
+
+def enqueue_empty(fn, n: int) -> None:
+    for _ in range(int(n)):
+        fn((1,), (1,), ())
+
+
+def queued_launches_ms(n: int, spin_ns: int) -> tuple[float, float]:
+    """Device-side time per launch of ``n`` back-to-back empty kernels.
+
+    A spin kernel holds the stream for ``spin_ns`` while the host enqueues the start event, the n
+    launches and the end event behind it, so the GPU runs them back to back whatever the host's own
+    speed. Returns (ms per launch on the GPU, ms the host took to enqueue them). If the enqueue took
+    longer than the spin, the GPU waited on the host and the first number is the host's rate.
+    """
+    import cupy
+    if int(n) < 1 or int(spin_ns) < 0:
+        raise ValueError(f"need n >= 1 and spin_ns >= 0, got {n}, {spin_ns}")
+    fn = empty_kernel()
+    spin = kernel("spin_ns")
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    spin((1,), (32,), (np.uint64(spin_ns),))
+    t0 = time.perf_counter()
+    start.record()
+    enqueue_empty(fn, n)
+    end.record()
+    enqueue_ms = (time.perf_counter() - t0) * 1e3
+    end.synchronize()
+    return cupy.cuda.get_elapsed_time(start, end) / n, enqueue_ms
+
+
+def capture_graph(fn, reps: int, stream):
+    """A CUDA graph of ``reps`` back-to-back calls of ``fn`` (which launches on the current stream),
+    captured on ``stream``, a non-blocking CuPy stream. The graph can be launched on any stream.
+
+    Call ``fn`` once before capturing: a first call may compile and load a module, which is no
+    stream work.
+    """
+    if int(reps) < 1:
+        raise ValueError(f"need reps >= 1, got {reps}")
+    with stream:
+        stream.begin_capture()
+        try:
+            for _ in range(int(reps)):
+                fn()
+        finally:
+            graph = stream.end_capture()
+    return graph
+
+
+def capture_empty_graph(n: int, stream):
+    """A CUDA graph of ``n`` empty-kernel launches, captured on ``stream`` (a non-blocking CuPy stream)."""
+    fn = empty_kernel()
+    return capture_graph(lambda: launch_empty(fn), n, stream)
+
+
+def graph_replay_ms(graph, n: int, stream, reps: int = 20) -> list[float]:
+    """Device-side time per captured launch for ``reps`` replays of the graph (events on ``stream``)."""
+    import cupy
+    out = []
+    for _ in range(int(reps)):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        graph.launch(stream)
+        end.record(stream)
+        end.synchronize()
+        out.append(cupy.cuda.get_elapsed_time(start, end) / n)
+    return out

@@ -1,0 +1,221 @@
+"""Chapter 3 host side on a CPU: index formulas, the wave model, references, cost models, launch checks."""
+import numpy as np
+import pytest
+
+from kernels import cluster as cl
+from kernels import launch as ln
+from kernels import progmodel as pm
+from utils.check import CheckFailed
+
+
+class FakeDeviceArray:
+    """Just enough of a device array for launcher validation, without a GPU."""
+
+    def __init__(self, shape, dtype, ptr=0x10000):
+        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.dtype.str,
+                                         "data": (ptr, False), "strides": None, "version": 3}
+
+
+# --- whoami -------------------------------------------------------------------------------------------
+
+def test_whoami_expected_follows_the_formulas():
+    grid, block = (3, 2, 2), (5, 3, 4)
+    t = pm.whoami_expected(grid, block)
+    F = {f: i for i, f in enumerate(pm.WHOAMI_FIELDS)}
+    assert t.shape == (3 * 2 * 2 * 60, len(pm.WHOAMI_FIELDS))
+    assert (t[:, F["global_id"]] == np.arange(t.shape[0])).all()
+    assert (t[:, F["thread_in_block"]] == np.arange(t.shape[0]) % 60).all()
+    assert (t[:, F["block_linear"]] == np.arange(t.shape[0]) // 60).all()
+    assert set(t[:, F["warp"]]) == {0, 1} and (t[:, F["warp"]] == 1).sum() == 12 * 28
+    # thread (x=4, y=2, z=3) of block (2, 1, 1): linear tid 4 + 5 * (2 + 3 * 3) = 59
+    row = t[(2 + 3 * (1 + 2 * 1)) * 60 + 59]
+    assert row[F["thread_x"]] == 4 and row[F["thread_y"]] == 2 and row[F["thread_z"]] == 3
+    assert (row[F["x"]], row[F["y"]], row[F["z"]]) == (2 * 5 + 4, 1 * 3 + 2, 1 * 4 + 3)
+    # every global (x, y, z) appears exactly once
+    xyz = t[:, [F["x"], F["y"], F["z"]]]
+    assert len({tuple(r) for r in xyz}) == t.shape[0]
+
+
+@pytest.mark.parametrize("grid,block,msg", [((0,), (32,), "positive"), ((1,), (1025,), "limits"),
+                                            ((1,), (32, 32, 2), "at most 1024"), ((1,), (1, 1, 65), "limits")])
+def test_launch_shape_checks(grid, block, msg):
+    with pytest.raises(ValueError, match=msg):
+        pm.check_launch_shape(grid, block)
+
+
+def test_check_whoami_catches_wrong_fields_and_split_blocks():
+    grid, block = (2, 1, 1), (40, 1, 1)
+    good = pm.whoami_expected(grid, block)
+    good[:, pm.SMID] = np.repeat([3, 7], 40)
+    pm.check_whoami(good, grid, block, sms=132)
+    bad = good.copy()
+    bad[45, pm.WHOAMI_FIELDS.index("lane")] = 0
+    with pytest.raises(CheckFailed, match="lane"):
+        pm.check_whoami(bad, grid, block, sms=132)
+    split = good.copy()
+    split[41, pm.SMID] = 8
+    with pytest.raises(CheckFailed, match="different SMs"):
+        pm.check_whoami(split, grid, block, sms=132)
+
+
+# --- waves ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_wave_smem_caps_blocks_per_sm(k):
+    s = pm.wave_smem_bytes(k)
+    assert k * (s + 1024) <= 233472 < (k + 1) * (s + 1024) and s % 1024 == 0 and s <= 232448
+
+
+def test_wave_smem_known_values_and_errors():
+    assert [pm.wave_smem_bytes(k) for k in (1, 2, 4)] == [232448, 115712, 57344]
+    with pytest.raises(ValueError):
+        pm.wave_smem_bytes(0)
+
+
+def test_wave_model():
+    W = 528
+    pts = pm.wave_points(W)
+    assert 1 in pts and W in pts and W + 1 in pts and 3 * W + 1 in pts and pts == sorted(set(pts))
+    assert list(pm.waves([1, W, W + 1, 2 * W + 1], W)) == [1, 1, 2, 3]
+    assert pm.wave_model_ms([W, W + 1], W, 0.02, 0.005).tolist() == pytest.approx([0.025, 0.045])
+    assert pm.wave_efficiency([W, W + 1], W).tolist() == pytest.approx([1.0, (W + 1) / (2 * W)])
+
+
+def test_split_waves():
+    starts = [0, 32, 64, 20000, 20032, 40000]
+    assert pm.split_waves(starts, gap_ns=5000) == [3, 2, 1]
+    assert pm.split_waves([], 1.0) == []
+
+
+# --- block sum and filter --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,blocks,threads", [(1, 1, 256), (37, 3, 4), (1000, 5, 8), (4099, 2, 32)])
+def test_block_sum_ref_matches_a_direct_walk(n, blocks, threads, rng):
+    x = rng.integers(-4, 5, size=n).astype(np.float32)
+    want = np.zeros(blocks)
+    n4 = n // 4
+    T = blocks * threads
+    for t in range(T):                       # the kernel's loop, thread by thread
+        for q in range(t, n4, T):
+            want[t // threads] += x[4 * q:4 * q + 4].sum()
+        if t < n - 4 * n4:
+            want[t // threads] += x[4 * n4 + t]
+    assert np.array_equal(pm.block_sum_ref(x, blocks, threads), want)
+
+
+def test_block_sum_and_filter_launchers_check_arguments():
+    x = FakeDeviceArray((1024,), np.float32)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        pm.BLOCK_SUM["v0_shfl"].launch(FakeDeviceArray((1024,), np.float32, ptr=0x10004),
+                                       FakeDeviceArray((8,), np.float32))
+    with pytest.raises(ValueError, match="dtype float32"):
+        pm.BLOCK_SUM["v1_cg"].launch(x, FakeDeviceArray((8,), np.float64))
+    with pytest.raises(ValueError, match="dtype uint32"):
+        pm.FILTER["v1_coalesced"].launch(x, 0.0, FakeDeviceArray((1024,), np.float32),
+                                         FakeDeviceArray((1,), np.int32), blocks=4)
+    with pytest.raises(ValueError, match=r"shape \(1024\)"):
+        pm.FILTER["v2_block"].launch(x, 0.0, FakeDeviceArray((1000,), np.float32),
+                                     FakeDeviceArray((1,), np.uint32), blocks=4)
+    assert pm.block_sum_nbytes(100, 3) == 412 and pm.filter_nbytes(100, 10) == 440
+
+
+# --- clusters --------------------------------------------------------------------------------------------
+
+def _mix(seed, i):
+    h = (i * 0x9E3779B1 + seed) & 0xFFFFFFFF
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def test_payload_ref_matches_python_integers():
+    seed = 0xDEADBEEF
+    idx = np.array([0, 1, 2047, 2048, 17_000_000], dtype=np.uint32)
+    assert cl.payload_ref(seed, idx).tolist() == [_mix(seed, int(i)) for i in idx]
+
+
+def test_reduce_ref_sums_each_group_mod_2_32():
+    seed, blocks, group = 7, 6, 2
+    p = [[_mix(seed, b * cl.TILE + i) for i in range(cl.TILE)] for b in range(blocks)]
+    ref = cl.reduce_ref(seed, blocks, group)
+    assert ref.shape == (3, cl.TILE) and ref.dtype == np.uint32
+    for c in range(3):
+        assert ref[c, 5] == (p[2 * c][5] + p[2 * c + 1][5]) % 2**32
+
+
+def test_cluster_cost_model_and_checks():
+    G, N = 8448, 4
+    tiles = 4 * cl.TILE * G
+    assert cl.global_bytes("v0", G, N) == 2 * tiles + tiles // N
+    assert cl.global_bytes("v3", G, N) == tiles // N
+    assert cl.dsmem_bytes(G, N) == tiles * 3 // 4
+    with pytest.raises(ValueError, match="multiple of the group"):
+        cl.check_group(10, 4)
+    with pytest.raises(ValueError, match="divide the tile"):
+        cl.check_group(12, 3)
+    with pytest.raises(ValueError, match="unknown version"):
+        cl.global_bytes("v9", G, N)
+
+
+def test_cluster_launchers_check_arguments():
+    good = cl.Buffers(16, 4, FakeDeviceArray((16, cl.TILE), np.uint32), FakeDeviceArray((4, cl.TILE), np.uint32),
+                      FakeDeviceArray((4,), np.uint32))
+    bad_out = cl.Buffers(16, 4, good.work, FakeDeviceArray((4, cl.TILE), np.int32), good.arrivals)
+    with pytest.raises(ValueError, match="dtype uint32"):
+        cl.launch_v3(bad_out, 1)
+    bad_work = cl.Buffers(16, 4, FakeDeviceArray((8, cl.TILE), np.uint32), good.out, good.arrivals)
+    with pytest.raises(ValueError, match="work"):
+        cl.launch_v0(bad_work, 1)
+    bad_arr = cl.Buffers(16, 4, good.work, good.out, FakeDeviceArray((3,), np.uint32))
+    with pytest.raises(ValueError, match="arrivals"):
+        cl.launch_v1(bad_arr, 1)
+    sixteen = cl.Buffers(32, 16, FakeDeviceArray((32, cl.TILE), np.uint32), FakeDeviceArray((2, cl.TILE), np.uint32),
+                         FakeDeviceArray((2,), np.uint32))
+    with pytest.raises(ValueError, match="one of"):
+        cl.launch_v2(sixteen, 1)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        cl.launch_cluster_whoami(6)
+
+
+def test_check_cluster_whoami():
+    b = np.arange(8)
+    t = np.stack([b, b % 4, b // 4, np.full(8, 4), np.full(8, 5)], axis=1)
+    cl.check_cluster_whoami(t, sms=132)
+    t[5, 1] = 0
+    with pytest.raises(CheckFailed, match="block 5"):
+        cl.check_cluster_whoami(t, sms=132)
+
+
+# --- streams and launches -------------------------------------------------------------------------------
+
+def test_chunk_work_ref_is_the_iteration():
+    x = np.array([1.5, -2.0, 3.25])
+    for iters in (0, 1, 5, 40):
+        v = x.copy()
+        for _ in range(iters):
+            v = 0.5 * v + x
+        assert np.allclose(ln.chunk_work_ref(x, iters), v, rtol=1e-15, atol=0)
+    assert ln.chunk_work_flops(10, 3) == 60
+
+
+def test_pipeline_model():
+    assert ln.pipeline_model(8, 1.0, 1.0, 1) == pytest.approx(16.0)
+    assert ln.pipeline_model(8, 1.0, 1.0, 2) == pytest.approx(9.0)
+    assert ln.pipeline_model(8, 1.0, 1.0, 3) == pytest.approx(9.0)
+    assert ln.pipeline_model(4, 1.0, 0.25, 3) == pytest.approx(4.25)     # copy-bound
+    assert ln.pipeline_model(4, 0.25, 1.0, 3) == pytest.approx(4.25)     # compute-bound
+    with pytest.raises(ValueError):
+        ln.pipeline_model(0, 1.0, 1.0, 1)
+
+
+def test_stream_and_launch_helpers_check_arguments():
+    with pytest.raises(ValueError, match="dtype float32"):
+        ln.launch_chunk_work(FakeDeviceArray((10,), np.float64), FakeDeviceArray((10,), np.float32), 3, blocks=1)
+    with pytest.raises(ValueError, match="pinned"):
+        ln.run_pipeline(np.zeros((2, 4), np.float64), FakeDeviceArray((2, 4), np.float32),
+                        FakeDeviceArray((2, 4), np.float32), 1, [object()], blocks=1)
+    with pytest.raises(ValueError, match="reps"):
+        ln.capture_graph(lambda: None, 0, object())
