@@ -7,27 +7,13 @@ their logic is tested on a CPU.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 
 from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
-from utils.paths import INCLUDE
 
 SOURCE = KernelSource("memory.cu")
-
-_FUNCS: dict = {}
-
-
-def _function(name: str):
-    """``SOURCE.function(name)``, kept while kernels/ files are unchanged (a stat per call, no re-hash:
-    ``KernelSource.function`` costs about a third of a millisecond, too much inside a timed region)."""
-    stamp = (SOURCE.path.stat().st_mtime_ns, *(e.stat().st_mtime_ns for e in os.scandir(INCLUDE)))
-    hit = _FUNCS.get(name)
-    if hit is None or hit[0] != stamp:
-        hit = _FUNCS[name] = (stamp, SOURCE.function(name))
-    return hit[1]
 
 BLOCK = 256
 
@@ -100,7 +86,7 @@ def pointer_chase(chase: Chase, hops: int, sink):
     expect_array(sink, "sink", dtype=np.uint32, ndim=1, align=4)
     if not 1 <= hops < 2**63:
         raise ValueError(f"hops: expected a positive count, got {hops}")
-    _function("memory_pointer_chase")((1,), (1,), (chase.next, np.uint32(chase.start),
+    SOURCE.function("memory_pointer_chase")((1,), (1,), (chase.next, np.uint32(chase.start),
                                                          np.uint64(hops), sink))
 
 
@@ -123,7 +109,7 @@ def strided_copy(x, y, stride: int):
     if (n - 1) * stride + 1 > _size(x):
         raise ValueError(f"x: stride {stride} over {n} outputs needs {(n - 1) * stride + 1} elements, "
                          f"x has {_size(x)}")
-    _function("memory_strided_copy")((-(-n // (BLOCK * STRIDED_ITEMS)),), (BLOCK,),
+    SOURCE.function("memory_strided_copy")((-(-n // (BLOCK * STRIDED_ITEMS)),), (BLOCK,),
                                            (x, y, np.uint32(n), np.uint32(stride)))
     return y
 
@@ -166,7 +152,7 @@ def copy_vec(x, y, width: int):
     grid = -(-n // BLOCK)
     if grid >= 2**31:
         raise ValueError(f"x: {_size(x)} floats need {grid} blocks, more than a grid holds")
-    _function(VEC_KERNELS[width])((grid,), (BLOCK,), (x, y, np.uint64(n)))
+    SOURCE.function(VEC_KERNELS[width])((grid,), (BLOCK,), (x, y, np.uint64(n)))
     return y
 
 
@@ -199,7 +185,7 @@ def smem_read(x, y, mode: str, reps: int):
         raise ValueError(f"y: expected {blocks * BLOCK} floats ({blocks} blocks x {BLOCK}), got {_size(y)}")
     if not 1 <= reps < 2**31:
         raise ValueError(f"reps: expected a positive int32, got {reps}")
-    _function(SMEM_KERNELS[mode])((blocks,), (BLOCK,), (x, y, np.int32(reps)))
+    SOURCE.function(SMEM_KERNELS[mode])((blocks,), (BLOCK,), (x, y, np.int32(reps)))
     return y
 
 

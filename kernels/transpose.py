@@ -5,31 +5,12 @@
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from utils.build import KernelSource
 from utils.ops import Version, expect_array, expect_same_device, registry
-from utils.paths import INCLUDE
 
 SOURCE = KernelSource("transpose.cu")
-
-_FUNCS: dict = {}
-
-
-def _function(name: str):
-    """``SOURCE.function(name)``, kept while kernels/ files are unchanged.
-
-    ``KernelSource.function`` re-hashes the sources on every call (about a third of a millisecond),
-    which would land inside the timed region of a 0.1 ms kernel; a stat of the files is enough to
-    notice an edit and recompile.
-    """
-    stamp = (SOURCE.path.stat().st_mtime_ns, *(e.stat().st_mtime_ns for e in os.scandir(INCLUDE)))
-    hit = _FUNCS.get(name)
-    if hit is None or hit[0] != stamp:
-        hit = _FUNCS[name] = (stamp, SOURCE.function(name))
-    return hit[1]
 
 MAX_GRID_Y = 65535
 
@@ -91,7 +72,7 @@ def _validate(x, out, kernel: str):
 def _launcher(kernel: str):
     def launch(x, out):
         rows, cols, grid, block = _validate(x, out, kernel)
-        _function(kernel)(grid, block, (x, out, np.int32(rows), np.int32(cols)))
+        SOURCE.function(kernel)(grid, block, (x, out, np.int32(rows), np.int32(cols)))
         return out
     launch.__name__ = f"launch_{kernel}"
     launch.__doc__ = f"Launch {kernel}: out (cols x rows) = x (rows x cols) transposed, fp32."
