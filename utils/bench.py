@@ -1,7 +1,10 @@
 """Timing on the GPU: CUDA events around each repetition, warm-up, median, L2 flushed between runs.
 
 The flush reads (never writes) a buffer twice the L2's size, so the next timed run finds none of its
-inputs in L2 and no dirty lines of ours to write back while it runs.
+inputs in L2 and no dirty lines of ours to write back while it runs. The other side of that coin: up
+to an L2's worth of a timed kernel's own writes may still be dirty when its end event fires, so
+compare write-heavy kernels with a peer (or the copy ceiling) measured the same way, on sizes many
+times the L2, as every chapter does.
 """
 from __future__ import annotations
 

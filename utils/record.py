@@ -83,12 +83,16 @@ class Record:
         return e
 
     def time(self, op: str, impl: str, fn, *, dtype, shape, nbytes=None, flops=None, is_peer=False,
-             check=None, metric_name=None, **bench_kw) -> dict:
-        """Benchmark ``fn`` with :func:`utils.bench.bench` and add the result."""
+             check=None, metric_name=None, extra: dict | None = None, **bench_kw) -> dict:
+        """Benchmark ``fn`` with :func:`utils.bench.bench` and add the result.
+
+        ``extra`` adds fields to the entry (a sweep's configuration, a derived figure).
+        """
         from .bench import bench
         t: Timing = bench(fn, check=check, **bench_kw)
         return self.add(op, impl, dtype=dtype, shape=shape, ms=t.ms, nbytes=nbytes, flops=flops,
-                        is_peer=is_peer, metric_name=metric_name, p10_ms=t.p10, p90_ms=t.p90, reps=t.n)
+                        is_peer=is_peer, metric_name=metric_name, p10_ms=t.p10, p90_ms=t.p90, reps=t.n,
+                        **(extra or {}))
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

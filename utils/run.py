@@ -47,9 +47,12 @@ def execute(path: Path, cell_timeout: int = 600) -> tuple[bool, float, str]:
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     with tempfile.NamedTemporaryFile("w+", suffix=".inputs", delete=False) as log:
         log_path = log.name
-    env_before = {k: os.environ.get(k) for k in ("BOOK_INPUTS_LOG", "BOOK_RUN_STARTED", "PYTHONPATH")}
+    env_before = {k: os.environ.get(k) for k in ("BOOK_INPUTS_LOG", "BOOK_RUN_STARTED", "PYTHONPATH",
+                                                "TQDM_DISABLE")}
     os.environ["BOOK_INPUTS_LOG"] = log_path
     os.environ["BOOK_RUN_STARTED"] = started
+    # Progress bars are for people watching; in the stored outputs they would be frames of noise.
+    os.environ["TQDM_DISABLE"] = "1"
     # The kernel must import utils/ and kernels/ whatever its working directory.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env_before["PYTHONPATH"]) if p)
     t0 = time.time()
