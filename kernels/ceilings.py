@@ -24,6 +24,7 @@ BLOCKS_PER_SM = 8          # copy, read, fma: 8 x 256 threads = 2048, a full SM
 COPY_THREADS = 256
 COPY_UNROLL = 4
 READ_THREADS = 256
+READ_UNROLL = 4
 SMEM_THREADS = 1024
 SMEM_BLOCKS_PER_SM = 2     # 2 x 1024 threads, 2 x 32 KB of shared memory
 SMEM_UNROLL = 8
@@ -368,9 +369,10 @@ def read_v1(src, partial, repeats: int = 1) -> None:
         raise ValueError(f"partial: expected 1 to {_I32} blocks' sums, got {grid}")
     if not (isinstance(repeats, (int, np.integer)) and 1 <= repeats <= _I32):
         raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
-    if repeats * (n // 4) >= _U32 or grid * READ_THREADS >= _U32:
-        raise ValueError(f"read_v1 indexes with 32 bits: repeats * n / 4 = {repeats * (n // 4)} and "
-                         f"threads = {grid * READ_THREADS} must stay below 2^32")
+    # the kernel's 32-bit index runs up to repeats * n4 plus one unrolled step of the grid
+    if repeats * (n // 4) + (READ_UNROLL + 1) * grid * READ_THREADS >= _U32:
+        raise ValueError(f"read_v1 indexes with 32 bits: repeats * n / 4 = {repeats * (n // 4)} plus "
+                         f"{READ_UNROLL + 1} x {grid * READ_THREADS} threads must stay below 2^32")
     _kernel("read_v1_vec4")((grid,), (READ_THREADS,),
                                     (src, np.uint64(n), np.int32(repeats), partial))
 
@@ -408,6 +410,24 @@ def fma_v1(x, y, clk, m: float, c: float, iters: int) -> None:
     grid = math.ceil(n / FMA_THREADS)
     _kernel("fma_v1_chains")((grid,), (FMA_THREADS,),
                                      (x, np.float32(m), np.float32(c), np.int32(iters), np.int32(n), y, clk))
+
+
+def resource_report() -> dict:
+    """Registers, shared memory and stack of every probe: the ptxas report of the build, or, where that
+    build came without its log, what the driver reports for the loaded kernels (no spill counts then)."""
+    rep = SOURCE.ptxas()
+    if rep:
+        return rep
+    out = {}
+    for v in VERSIONS.values():
+        try:
+            a = _kernel(v.kernel).attributes
+            out[v.kernel] = dict(registers=a["num_regs"], smem_bytes=a["shared_size_bytes"],
+                                 stack_bytes=a["local_size_bytes"], spill_stores="n/a", spill_loads="n/a")
+        except Exception as e:  # a report is a courtesy: never stop the notebook for it
+            out[v.kernel] = dict(registers=f"n/a ({type(e).__name__})", smem_bytes="n/a", stack_bytes="n/a",
+                                 spill_stores="n/a", spill_loads="n/a")
+    return out
 
 
 def clock_ghz(clk) -> float:

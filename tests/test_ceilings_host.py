@@ -163,6 +163,7 @@ def test_copy_rejects(launch, src, dst, msg):
     (FakeDeviceArray((8,), F32), FakeDeviceArray((3,), F32), 0, "repeats"),
     (FakeDeviceArray((8,), F32), FakeDeviceArray((3,), F32), 1.5, "repeats"),
     (FakeDeviceArray((2 ** 33,), F32), FakeDeviceArray((3,), F32), 2, "32 bits"),
+    (FakeDeviceArray((4 * (2 ** 32 - 5 * 256 * 1056 + 1),), F32), FakeDeviceArray((1056,), F32), 1, "32 bits"),
 ])
 def test_read_v1_rejects(src, partial, repeats, msg):
     with pytest.raises(ValueError, match=msg):
