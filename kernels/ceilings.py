@@ -177,23 +177,6 @@ def _sms() -> int:
     return device_summary()["sms"]
 
 
-_functions: dict = {}
-
-
-def _kernel(name: str):
-    """SOURCE.function(name), looked up once per version of the sources.
-
-    SOURCE.function re-reads and hashes the sources on every call (a fraction of a millisecond): inside
-    a timed region that host time would show up in short kernels' timings, so launchers use this.
-    """
-    from utils.paths import INCLUDE
-    key = (name, SOURCE.path.stat().st_mtime_ns, (INCLUDE / "common.cuh").stat().st_mtime_ns)
-    fn = _functions.get(key)
-    if fn is None:
-        fn = _functions[key] = SOURCE.function(name)
-    return fn
-
-
 # ---------------------------------------------------------------------------------------------------
 # References (NumPy or CuPy: the arithmetic runs where the arrays live).
 
@@ -341,7 +324,7 @@ def copy_v1(src, dst) -> None:
     if n == 0:
         raise ValueError("src: expected at least one element, got an empty array")
     grid = copy_grid(n, _sms())
-    _kernel("copy_v1_vec4")((grid,), (COPY_THREADS,), (src, dst, np.uint64(n)))
+    SOURCE.function("copy_v1_vec4")((grid,), (COPY_THREADS,), (src, dst, np.uint64(n)))
 
 
 def copy_v2(src, dst) -> None:
@@ -354,7 +337,7 @@ def copy_v2(src, dst) -> None:
     grid = copy_v2_grid(n)
     if grid > _I32:
         raise ValueError(f"src: {n} elements need {grid} blocks, more than a grid holds")
-    _kernel("copy_v2_vec4_blocks")((grid,), (COPY_THREADS,), (src, dst, np.uint64(n)))
+    SOURCE.function("copy_v2_vec4_blocks")((grid,), (COPY_THREADS,), (src, dst, np.uint64(n)))
 
 
 def read_v1(src, partial, repeats: int = 1) -> None:
@@ -373,7 +356,7 @@ def read_v1(src, partial, repeats: int = 1) -> None:
     if repeats * (n // 4) + (READ_UNROLL + 1) * grid * READ_THREADS >= _U32:
         raise ValueError(f"read_v1 indexes with 32 bits: repeats * n / 4 = {repeats * (n // 4)} plus "
                          f"{READ_UNROLL + 1} x {grid * READ_THREADS} threads must stay below 2^32")
-    _kernel("read_v1_vec4")((grid,), (READ_THREADS,),
+    SOURCE.function("read_v1_vec4")((grid,), (READ_THREADS,),
                                     (src, np.uint64(n), np.int32(repeats), partial))
 
 
@@ -391,7 +374,7 @@ def smem_read_v1(seed, out, clk, iters: int) -> None:
     if not (isinstance(iters, (int, np.integer)) and 1 <= iters <= _I32):
         raise ValueError(f"iters: expected an integer >= 1, got {iters!r}")
     grid = out.shape[0] // SMEM_THREADS
-    _kernel("smem_read_v1_vec4")((grid,), (SMEM_THREADS,), (seed, np.int32(iters), out, clk))
+    SOURCE.function("smem_read_v1_vec4")((grid,), (SMEM_THREADS,), (seed, np.int32(iters), out, clk))
 
 
 def fma_v1(x, y, clk, m: float, c: float, iters: int) -> None:
@@ -408,7 +391,7 @@ def fma_v1(x, y, clk, m: float, c: float, iters: int) -> None:
     if not (isinstance(iters, (int, np.integer)) and 1 <= iters <= _I32):
         raise ValueError(f"iters: expected an integer >= 1, got {iters!r}")
     grid = math.ceil(n / FMA_THREADS)
-    _kernel("fma_v1_chains")((grid,), (FMA_THREADS,),
+    SOURCE.function("fma_v1_chains")((grid,), (FMA_THREADS,),
                                      (x, np.float32(m), np.float32(c), np.int32(iters), np.int32(n), y, clk))
 
 
@@ -421,7 +404,7 @@ def resource_report() -> dict:
     out = {}
     for v in VERSIONS.values():
         try:
-            a = _kernel(v.kernel).attributes
+            a = SOURCE.function(v.kernel).attributes
             out[v.kernel] = dict(registers=a["num_regs"], smem_bytes=a["shared_size_bytes"],
                                  stack_bytes=a["local_size_bytes"], spill_stores="n/a", spill_loads="n/a")
         except Exception as e:  # a report is a courtesy: never stop the notebook for it
