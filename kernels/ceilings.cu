@@ -16,9 +16,9 @@
 //   fma_v1_chains      FP32: FMA_CHAINS independent FMA chains per thread, FMA_UNROLL steps per loop trip;
 //                      SM clock probe around the loop
 //
-// Launch shapes (ceilings.py): every kernel carries __launch_bounds__(threads, blocks per SM) so that
-// ptxas keeps registers low enough for a full SM, and the host launches exactly SMs x that many blocks:
-// one wave, every SM the same work.
+// Launch shapes (ceilings.py): every kernel but copy_v2 carries __launch_bounds__(threads, blocks per SM)
+// so that ptxas keeps registers low enough for a full SM, and the host launches exactly SMs x that many
+// blocks: one wave, every SM the same work. copy_v2 launches one block per 256 float4s instead.
 #include "common.cuh"
 
 constexpr int COPY_THREADS = 256;
