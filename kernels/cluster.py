@@ -190,10 +190,15 @@ VERSIONS = registry(
 )
 
 
-def check_reduce(out, seed: int, blocks: int, group: int) -> None:
-    """Raise CheckFailed unless out equals the reference exactly (computed with CuPy)."""
-    import cupy
-    ref = reduce_ref(seed, blocks, group, xp=cupy)
+def check_reduce(out, seed: int, blocks: int, group: int, *, ref=None) -> None:
+    """Raise CheckFailed unless out equals the reference exactly.
+
+    ``ref`` (NumPy or CuPy, [blocks // group, TILE] uint32) defaults to :func:`reduce_ref` in NumPy.
+    """
+    if ref is None:
+        ref = reduce_ref(seed, blocks, group, xp=np)
+    if isinstance(ref, np.ndarray) and not isinstance(out, np.ndarray):
+        out = out.get()
     assert_close(out, ref, dtype="exact", name=f"cluster reduce (G={blocks}, N={group})")
 
 
