@@ -24,8 +24,8 @@ _fns: dict = {}
 
 
 def kernel(name: str):
-    """SOURCE.function(name), looked up once per version of the .cu file: a lookup through the build
-    cache hashes the sources (about 0.1 ms), which would land inside every timed launch."""
+    """SOURCE.function(name), kept per version of the .cu file: launches inside timed regions and
+    graph captures do no more than a dictionary lookup and one stat."""
     key = (name, SOURCE.path.stat().st_mtime_ns)
     fn = _fns.get(key)
     if fn is None:
