@@ -13,11 +13,11 @@ import dataclasses
 
 import numpy as np
 
-from kernels._cg import CgKernelSource
+from utils.build import KernelSource
 from utils.check import CheckFailed, assert_close
 from utils.ops import Version, expect_array, registry
 
-SOURCE = CgKernelSource("cluster.cu")
+SOURCE = KernelSource("cluster.cu")
 
 
 _fns: dict = {}

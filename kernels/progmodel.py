@@ -9,11 +9,11 @@ import math
 
 import numpy as np
 
-from kernels._cg import CgKernelSource
+from utils.build import KernelSource
 from utils.check import CheckFailed
 from utils.ops import Version, expect_array, registry
 
-SOURCE = CgKernelSource("progmodel.cu")
+SOURCE = KernelSource("progmodel.cu")
 
 
 _fns: dict = {}

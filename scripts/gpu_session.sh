@@ -50,14 +50,16 @@ for m in ("cupy", "torch", "triton", "cuda.core", "cuda.bindings", "numpy", "ml_
 PY
 } 2>&1 | tee "$OUT_DIR/env.log"
 
-if [ "$TESTS" = 1 ]; then
-  python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT_DIR/tests.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
-fi
-
 if [ -n "$RUN_ARGS" ]; then
   # shellcheck disable=SC2086
   python3 -m utils.run $RUN_ARGS 2>&1 | tee "$OUT_DIR/run.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+# Pack the executed notebooks and records now, so a later step that runs out of time loses nothing.
+tar czf "$OUT_DIR/book_outputs.tar.gz" chapters/*.ipynb results 2>/dev/null || true
+
+if [ "$TESTS" = 1 ]; then
+  python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT_DIR/tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 

@@ -128,20 +128,23 @@ def local_includes(path: Path) -> tuple[Path, ...]:
 
 @functools.lru_cache(maxsize=None)
 def cuda_include_dirs() -> tuple[str, ...]:
-    """Where cuda_bf16.h and friends live: the pip CUDA runtime headers, or the toolkit's."""
-    dirs = []
-    try:
-        from cuda.pathfinder import find_nvidia_header_directory
-        d = find_nvidia_header_directory("cudart")
-        if d:
-            dirs.append(str(d))
-    except Exception:
-        pass
-    for env in ("CUDA_PATH", "CUDA_HOME"):
-        if os.environ.get(env):
-            dirs.append(os.path.join(os.environ[env], "include"))
-    dirs.append("/usr/local/cuda/include")
-    return tuple(d for d in dict.fromkeys(dirs) if os.path.exists(os.path.join(d, "cuda_runtime.h")))[:1]
+    """Where the CUDA headers live: the runtime's (cuda_bf16.h, cooperative_groups.h) and CCCL's
+    (<nv/target>, which cooperative_groups.h includes), from the pip wheels or the toolkit."""
+    def locate(lib: str, probe: str, fallbacks: tuple[str, ...]) -> str | None:
+        cands = []
+        try:
+            from cuda.pathfinder import find_nvidia_header_directory
+            cands.append(find_nvidia_header_directory(lib))
+        except Exception:
+            pass
+        for env in ("CUDA_PATH", "CUDA_HOME"):
+            if os.environ.get(env):
+                cands += [os.path.join(os.environ[env], "include", sub) for sub in fallbacks]
+        cands += [os.path.join("/usr/local/cuda/include", sub) for sub in fallbacks]
+        return next((str(d) for d in cands if d and os.path.exists(os.path.join(str(d), probe))), None)
+
+    found = [locate("cudart", "cuda_runtime.h", ("",)), locate("cccl", os.path.join("nv", "target"), ("cccl", ""))]
+    return tuple(dict.fromkeys(d for d in found if d))
 
 
 def _fingerprint(src: KernelSource, arch: str, inputs: tuple[Path, ...]) -> str:
