@@ -200,4 +200,4 @@ def test_fma_v1_rejects():
 def test_registry_lists_every_kernel():
     src = open(C.SOURCE.path).read()
     for v in C.VERSIONS.values():
-        assert f'extern "C" __global__' in src and v.kernel + "(" in src
+        assert 'extern "C" __global__' in src and v.kernel + "(" in src

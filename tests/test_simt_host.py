@@ -1,6 +1,4 @@
 """Chapter 1 host side on a CPU: references, cost models, grids, occupancy, launcher validation."""
-import json
-import re
 
 import numpy as np
 import pytest
@@ -221,22 +219,3 @@ def test_ptx_helpers():
         simt.ptx_entry(ptx, "k2")
 
 
-# --- the chapter notebook -------------------------------------------------------------------------------------
-
-NOTEBOOK = simt.SOURCE.path.parent.parent / "chapters" / "01-simt.ipynb"
-
-
-@pytest.mark.skipif(not NOTEBOOK.exists(), reason="chapter 1 notebook not written yet")
-def test_notebook_code_compiles_and_uses_existing_snippets():
-    from utils.show import snippets
-    nb = json.loads(NOTEBOOK.read_text())
-    names = set(snippets(simt.SOURCE.path.read_text()))
-    for k, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] != "code":
-            continue
-        src = "".join(cell["source"])
-        assert cell.get("outputs") == [] and cell.get("execution_count") is None, f"cell {k} has outputs"
-        body = "\n".join(line for line in src.splitlines() if not line.startswith("%%"))
-        compile(body, f"cell {k}", "exec")
-        for name in re.findall(r'show\("simt\.cu",\s*"([\w.-]+)"\)', src):
-            assert name in names, f"cell {k} shows snippet {name!r}, which simt.cu lacks"

@@ -99,4 +99,4 @@ def measure_cublas_bf16(rec, n: int = 8192) -> dict:
         assert_close(c[rows], ref, dtype="bfloat16", name="cuBLAS bf16 GEMM")
 
     return rec.time("gemm", CEILING_IMPLS["cublas_bf16"], run, dtype="bfloat16", shape=(n, n, n),
-                    flops=2.0 * n ** 3, is_peer=True, check=check, flush=False)
+                    flops=2.0 * n ** 3, nbytes=3 * n * n * 2, is_peer=True, check=check, flush=False)

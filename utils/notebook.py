@@ -24,7 +24,11 @@ def requires_magic(line: str, cell: str):
 
 
 def setup(notebook: str) -> Record:
+    import warnings
+
     import matplotlib
+    # Without ipywidgets, tqdm.auto falls back to text bars and says so on stderr; text bars are fine.
+    warnings.filterwarnings("ignore", message="IProgress not found")
     matplotlib.rcParams.update({"figure.dpi": 110, "savefig.dpi": 110, "axes.spines.top": False,
                                 "axes.spines.right": False})
     try:

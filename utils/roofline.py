@@ -5,8 +5,15 @@ Labels are in English so that plots render without CJK fonts.
 from __future__ import annotations
 
 
-def _label(e: dict) -> str:
-    return e["impl"] + (" (peer)" if e.get("is_peer") else "")
+def _label(e: dict, with_shape: bool = False) -> str:
+    shape = " " + "x".join(str(s) for s in e["shape"]) if with_shape else ""
+    return e["impl"] + shape + (" (peer)" if e.get("is_peer") else "")
+
+
+def _labels(entries) -> list[str]:
+    """Labels that tell entries apart: the shape is added where one impl appears more than once."""
+    impls = [e["impl"] for e in entries]
+    return [_label(e, impls.count(e["impl"]) > 1) for e in entries]
 
 
 def roofline(entries, ceil: dict, *, title: str = "", ax=None):
@@ -30,15 +37,19 @@ def roofline(entries, ceil: dict, *, title: str = "", ax=None):
     for name, style in (("fma_fp32", "--"), ("cublas_bf16", "-")):
         if name in ceil:
             ax.plot(x, np.minimum(bw * x, ceil[name]), style, color="gray", lw=1)
-            ax.text(hi / 1.5, ceil[name] * 1.08, f"{name} {ceil[name]:.0f} TFLOP/s", ha="right",
-                    fontsize=8, color="gray")
+            ridge = ceil[name] / bw
+            ax.text(ridge, ceil[name] * 1.15, f"{name} {ceil[name]:.0f} TFLOP/s (ridge {ridge:.0f} FLOP/B)",
+                    ha="right", fontsize=8, color="gray")
     ax.text(lo * 1.5, bw * lo * 1.5 * 1.3, f"copy {ceil['copy']:.0f} GB/s", rotation=0, fontsize=8,
             color="gray")
-    for e, a, p in zip(pts, ai, perf):
+    for i, (e, a, p, name) in enumerate(zip(pts, ai, perf, _labels(pts))):
         ax.scatter(a, p, marker="s" if e.get("is_peer") else "o", zorder=3)
-        ax.annotate(_label(e), (a, p), textcoords="offset points", xytext=(5, 3), fontsize=8)
+        # alternate label offsets so that neighbouring points do not print over each other
+        ax.annotate(name, (a, p), textcoords="offset points", xytext=(6, 4 if i % 2 == 0 else -11),
+                    fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(lo, hi * 8)  # room on the right for the labels of the highest-intensity points
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("attained TFLOP/s")
     ax.set_title(title)
@@ -52,12 +63,12 @@ def bandwidth_bars(entries, copy_gbps: float, *, title: str = "", ax=None):
     pts = [e for e in entries if e["metric_name"] == "GB/s"]
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.45 * len(pts) + 1.2))
-    names = [_label(e) for e in pts]
+    names = _labels(pts)
     vals = [e["metric"] for e in pts]
     colors = ["tab:gray" if e.get("is_peer") else "tab:blue" for e in pts]
     ax.barh(names, vals, color=colors)
     ax.axvline(copy_gbps, color="k", ls="--", lw=1)
-    ax.text(copy_gbps, len(pts) - 0.5, f" copy {copy_gbps:.0f} GB/s", fontsize=8, va="bottom")
+    ax.text(copy_gbps, -0.6, f" copy {copy_gbps:.0f} GB/s", fontsize=8, va="bottom")
     for i, v in enumerate(vals):
         ax.text(v, i, f" {v:.0f} ({v / copy_gbps:.0%})", va="center", fontsize=8)
     ax.invert_yaxis()

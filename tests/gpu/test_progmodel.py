@@ -38,7 +38,6 @@ def test_wave_spin_stamps_and_occupancy():
 
 @pytest.mark.parametrize("n,blocks", [(1, 1), (37, 3), (1823 * 781 + 3, 264), (1 << 20, 1056)])
 def test_block_sums_are_exact_and_identical(n, blocks):
-    import cupy
     from utils.check import assert_close, poisoned
     x = pm.integer_valued(n)
     ref = pm.block_sum_ref(x, blocks)

@@ -1,0 +1,32 @@
+"""CPU checks of every chapter notebook's source: code cells compile, shown snippets exist."""
+import json
+import re
+
+import pytest
+
+from utils.paths import CHAPTERS, KERNELS
+from utils.show import snippets
+
+NOTEBOOKS = sorted(CHAPTERS.glob("*.ipynb"))
+SHOW = re.compile(r'show\(\s*"([\w.-]+\.cu)"\s*,\s*"([\w.-]+)"\s*\)')
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_code_cells_compile_and_show_existing_snippets(path):
+    nb = json.loads(path.read_text())
+    for k, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        body = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("%"))
+        compile(body, f"{path.name} cell {k}", "exec")
+        for file, name in SHOW.findall(src):
+            assert name in snippets((KERNELS / file).read_text()), \
+                f"{path.name} cell {k} shows snippet {name!r}, which kernels/{file} lacks"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_first_cell_sets_up_the_chapter(path):
+    nb = json.loads(path.read_text())
+    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    assert f'utils.setup_notebook("{path.stem}")' in "".join(first["source"])
