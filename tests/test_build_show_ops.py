@@ -95,3 +95,19 @@ def test_registry_rejects_duplicate_labels():
     assert list(registry(v)) == ["v1"]
     with pytest.raises(ValueError, match="duplicate"):
         registry(v, v)
+
+
+def test_cached_build_without_ptxas_log_is_rebuilt_for_the_report(tmp_path, monkeypatch):
+    import utils.build as b
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k(float* y) { y[threadIdx.x] *= 2.f; }\n')
+    monkeypatch.setattr(b, "KERNELS", tmp_path)
+    monkeypatch.setattr(b, "REPO", tmp_path)
+    real, nonces = b._nvrtc, []
+
+    def cached_first(src, arch, nonce=None):  # the first build comes back as a cache hit: no log
+        obj, text = real(src, arch, nonce)
+        nonces.append(nonce)
+        return obj, (text if nonce else "")
+    monkeypatch.setattr(b, "_nvrtc", cached_first)
+    report = compile_source(KernelSource("k.cu")).report
+    assert nonces[0] is None and nonces[1] and report["k"]["registers"] > 0

@@ -180,20 +180,31 @@ def compile_source(src: KernelSource, arch: str | None = None) -> Compiled:
     key = _fingerprint(src, arch, inputs)
     if key in _compiled:
         return _compiled[key]
-    from cuda.core import Program
-
-    log = io.StringIO()
-    try:
-        prog = Program(src.path.read_text(), "c++", src.program_options(arch))
-        obj = prog.compile("cubin", name_expressions=src.name_expressions or (), logs=log)
-    except Exception as e:  # NVRTCError carries the log in its message
-        raise CompileError(f"{src.file} ({arch}) failed to compile:\n{e}\n{log.getvalue()}") from None
+    obj, text = _nvrtc(src, arch)
+    if not parse_ptxas(text):
+        # A build served from a compile cache comes back without the ptxas log (seen on the H200 host
+        # when a source had been compiled before). A define no cache has seen forces a real build.
+        _, text = _nvrtc(src, arch, nonce=os.urandom(8).hex())
     symbols = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in (obj.symbol_mapping or {}).items()}
-    text = log.getvalue()
     out = Compiled(obj.code, symbols, text, parse_ptxas(text), arch, inputs)
     _compiled[key] = out
     _note_inputs(src, inputs)
     return out
+
+
+def _nvrtc(src: KernelSource, arch: str, nonce: str | None = None):
+    """One NVRTC compile to a cubin: (ObjectCode, log text)."""
+    from cuda.core import Program
+    opts = src.program_options(arch)
+    if nonce:
+        opts.define_macro = [*(opts.define_macro or []), ("BOOK_BUILD_NONCE", nonce)]
+    log = io.StringIO()
+    try:
+        obj = Program(src.path.read_text(), "c++", opts).compile(
+            "cubin", name_expressions=src.name_expressions or (), logs=log)
+    except Exception as e:  # NVRTCError carries the log in its message
+        raise CompileError(f"{src.file} ({arch}) failed to compile:\n{e}\n{log.getvalue()}") from None
+    return obj, log.getvalue()
 
 
 _PTXAS_FUNC = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
