@@ -16,6 +16,26 @@ def _labels(entries) -> list[str]:
     return [_label(e, impls.count(e["impl"]) > 1) for e in entries]
 
 
+def _place_labels(ax, xs, ys, names, fontsize: float = 8) -> None:
+    """Annotate points so that labels do not overlap: highest point first, each later label moved
+    down until its box (estimated from its length, in display pixels) clears every placed one."""
+    ax.autoscale_view()
+    to_px = ax.transData.transform
+    dpi_scale = ax.figure.dpi / 72.0
+    h = (fontsize + 3) * dpi_scale
+    boxes: list[tuple[float, float, float, float]] = []
+    for i in sorted(range(len(xs)), key=lambda k: -ys[k]):
+        px, py = to_px((xs[i], ys[i]))
+        w = 0.62 * fontsize * dpi_scale * len(names[i])
+        x0, dy = px + 6 * dpi_scale, 4 * dpi_scale
+        while any(x0 < bx1 and bx0 < x0 + w and py + dy < by1 and by0 < py + dy + h
+                  for bx0, by0, bx1, by1 in boxes):
+            dy -= h
+        boxes.append((x0, py + dy, x0 + w, py + dy + h))
+        ax.annotate(names[i], (xs[i], ys[i]), textcoords="offset pixels", xytext=(6 * dpi_scale, dy),
+                    fontsize=fontsize)
+
+
 def roofline(entries, ceil: dict, *, title: str = "", ax=None):
     """Arithmetic intensity (FLOP/byte) vs attained TFLOP/s, under the measured ceilings.
 
@@ -42,11 +62,8 @@ def roofline(entries, ceil: dict, *, title: str = "", ax=None):
                     ha="right", fontsize=8, color="gray")
     ax.text(lo * 1.5, bw * lo * 1.5 * 1.3, f"copy {ceil['copy']:.0f} GB/s", rotation=0, fontsize=8,
             color="gray")
-    for i, (e, a, p, name) in enumerate(zip(pts, ai, perf, _labels(pts))):
+    for e, a, p in zip(pts, ai, perf):
         ax.scatter(a, p, marker="s" if e.get("is_peer") else "o", zorder=3)
-        # alternate label offsets so that neighbouring points do not print over each other
-        ax.annotate(name, (a, p), textcoords="offset points", xytext=(6, 4 if i % 2 == 0 else -11),
-                    fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi * 8)  # room on the right for the labels of the highest-intensity points
@@ -54,6 +71,7 @@ def roofline(entries, ceil: dict, *, title: str = "", ax=None):
     ax.set_ylabel("attained TFLOP/s")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.2)
+    _place_labels(ax, list(ai), list(perf), _labels(pts))
     return ax
 
 

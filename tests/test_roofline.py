@@ -1,0 +1,34 @@
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from utils.record import make_entry  # noqa: E402
+from utils.roofline import bandwidth_bars, roofline  # noqa: E402
+
+
+def _gemm(impl, n, ms, peer=False):
+    return make_entry(chapter="02", op="gemm", impl=impl, dtype="bfloat16", shape=(n, n, n), ms=ms, run="r",
+                      flops=2.0 * n ** 3, nbytes=6 * n * n, is_peer=peer)
+
+
+def test_roofline_labels_do_not_overlap():
+    pts = [_gemm("cublas_bf16", 8192, 1.6, True), _gemm("cublas_bf16", 4096, 0.17, True),
+           _gemm("mine", 4096, 0.2)]
+    ax = roofline(pts, {"copy": 4200, "cublas_bf16": 800}, title="t")
+    texts = [t for t in ax.texts if "x" in t.get_text() or "mine" in t.get_text()]
+    ax.figure.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.texts if t.get_text() in
+             ("cublas_bf16 8192x8192x8192 (peer)", "cublas_bf16 4096x4096x4096 (peer)", "mine")]
+    assert len(boxes) == 3 and texts
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert not boxes[i].overlaps(boxes[j])
+
+
+def test_roofline_needs_flops_and_bytes():
+    e = make_entry(chapter="04", op="copy", impl="c", dtype="float32", shape=(4,), ms=1.0, run="r", nbytes=8)
+    with pytest.raises(ValueError, match="FLOP and a byte count"):
+        roofline([e], {"copy": 1.0})
+    ax = bandwidth_bars([e], copy_gbps=1e-5)
+    assert len(ax.patches) == 1
