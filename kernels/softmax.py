@@ -1,0 +1,343 @@
+"""Softmax over the last dim (chapter 6): the reference, the cost model, launch plans, launchers, versions.
+
+``y[r, :] = softmax(x[r, :])`` for a C-contiguous ``rows x cols`` array of float32 or bfloat16
+(``ml_dtypes.bfloat16``); ``y`` has the dtype of ``x``. bf16 is read and written as bf16, all arithmetic
+is fp32. A row of only -inf gives NaN, as ``torch.softmax`` does; a single -inf entry gives 0.
+
+Every version's geometry (which template instance, grid, block) is a pure function of (rows, cols,
+dtype), tested on the CPU; :func:`plan` is the dispatcher that picks a version per shape.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from utils.build import KernelSource
+from utils.ops import Version, expect_array, expect_same_device, registry
+
+try:                                     # bf16 on the host side; present wherever CuPy handles bf16
+    from ml_dtypes import bfloat16 as BF16
+except ImportError:                      # pragma: no cover - the toolkit's CPU tests install it
+    BF16 = None
+
+MAX_GRID_Y = 65535
+MAX_GRID_X = 2**31 - 1
+
+# Launch constants; they must match the constexprs of the same names in softmax.cu.
+V0_THREADS = 256
+V1_THREADS = 512
+V2_ROWS = 8                      # warps (= rows) per block of v2
+V2_NC = (1, 2, 4, 8)             # 16-byte chunks per lane that v2 is instantiated for
+V3_THREADS = (128, 256, 512, 1024)
+V3_ELEMS = 16                    # elements per thread in v3 (4 chunks fp32, 2 chunks bf16)
+V4_THREADS = 1024
+V4_CLUSTERS = (2, 4, 8)
+V4_ELEMS = (16, 32)              # elements per thread in v4: 16 first, 32 only with 8 blocks
+
+
+def _dtypes():
+    out = [np.dtype(np.float32)]
+    if BF16 is not None:
+        out.append(np.dtype(BF16))
+    return tuple(out)
+
+
+def dtype_name(dtype) -> str:
+    return np.dtype(dtype).name
+
+
+def vec(dtype) -> int:
+    """Elements per 16-byte chunk: 4 fp32, 8 bf16."""
+    return 16 // np.dtype(dtype).itemsize
+
+
+def ctype(dtype) -> str:
+    name = dtype_name(dtype)
+    if name == "float32":
+        return "float"
+    if name == "bfloat16":
+        return "__nv_bfloat16"
+    raise ValueError(f"softmax supports float32 and bfloat16, got {name}")
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --- the reference and the cost model --------------------------------------------------------------
+
+def reference(x):
+    """softmax over the last dim in float64 (NumPy or CuPy, wherever ``x`` lives); -inf rows give NaN."""
+    if isinstance(x, np.ndarray):
+        xp = np
+    else:
+        import cupy as xp
+    x64 = x.astype(np.float32).astype(np.float64)
+    m = x64.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = xp.exp(x64 - m)                  # -inf - (-inf) = NaN on fully masked rows, as torch
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def nbytes(rows: int, cols: int, itemsize: int = 4) -> int:
+    """Minimum bytes: x read once, y written once."""
+    return 2 * itemsize * rows * cols
+
+
+def traffic(version: str, rows: int, cols: int, itemsize: int = 4) -> int:
+    """Bytes a version moves if no second read of x hits in a cache (v0: 3 reads, v1: 2, others: 1)."""
+    reads = {"v0_three_pass": 3, "v1_online": 2}.get(version, 1)
+    return (reads + 1) * itemsize * rows * cols
+
+
+def flops(rows: int, cols: int) -> int:
+    """About 5 per element (max, subtract, exp, add, multiply); softmax is bound by bytes, not these."""
+    return 5 * rows * cols
+
+
+# --- launch geometry ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One kernel launch: template instance (name expression), grid, block."""
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+def kname(base: str, dtype, *params: int) -> str:
+    """The name expression of a template instance: softmax_v2_warp_row<float, 8>."""
+    return f"{base}<{', '.join([ctype(dtype), *map(str, params)])}>"
+
+
+def v2_chunks(cols: int, dtype) -> int | None:
+    """Chunks per lane for v2 (the fewest that hold the row), None if the row is too long."""
+    for nc in V2_NC:
+        if 32 * vec(dtype) * nc >= cols:
+            return nc
+    return None
+
+
+def v3_threads(cols: int) -> int | None:
+    for t in V3_THREADS:
+        if t * V3_ELEMS >= cols:
+            return t
+    return None
+
+
+def v4_config(cols: int) -> tuple[int, int] | None:
+    """(cluster size, elements per thread) for v4: 16 elements with the smallest cluster that holds the
+    row, else 32 elements with 8 blocks; None above 8 x 1024 x 32 = 262144."""
+    for cl in V4_CLUSTERS:
+        if cl * V4_THREADS * V4_ELEMS[0] >= cols:
+            return cl, V4_ELEMS[0]
+    if V4_CLUSTERS[-1] * V4_THREADS * V4_ELEMS[-1] >= cols:
+        return V4_CLUSTERS[-1], V4_ELEMS[-1]
+    return None
+
+
+def max_cols(version: str, dtype) -> int | None:
+    """Longest row a version handles (None: any)."""
+    return {"v2_warp_row": 32 * vec(dtype) * V2_NC[-1], "v3_block_row": V3_THREADS[-1] * V3_ELEMS,
+            "v4_cluster_row": V4_CLUSTERS[-1] * V4_THREADS * V4_ELEMS[-1]}.get(version)
+
+
+def geometry(version: str, rows: int, cols: int, dtype) -> list[Launch]:
+    """The launches of ``version`` for a rows x cols input (pure function, tested on the CPU)."""
+    if version == "v0_three_pass":
+        g, b = (rows, 1, 1), (V0_THREADS, 1, 1)
+        return [Launch(kname("softmax_v0_three_pass_max", dtype), g, b),
+                Launch(kname("softmax_v0_three_pass_sum", dtype), g, b),
+                Launch(kname("softmax_v0_three_pass_normalize", dtype), g, b)]
+    if version == "v1_online":
+        return [Launch(kname("softmax_v1_online", dtype), (rows, 1, 1), (V1_THREADS, 1, 1))]
+    if version == "v2_warp_row":
+        nc = v2_chunks(cols, dtype)
+        if nc is None:
+            raise ValueError(f"v2_warp_row holds at most {max_cols(version, dtype)} {dtype_name(dtype)} "
+                             f"elements per row in one warp's registers, got cols={cols}")
+        return [Launch(kname("softmax_v2_warp_row", dtype, nc), (ceil_div(rows, V2_ROWS), 1, 1),
+                       (32 * V2_ROWS, 1, 1))]
+    if version == "v3_block_row":
+        t = v3_threads(cols)
+        if t is None:
+            raise ValueError(f"v3_block_row holds at most {max_cols(version, dtype)} elements per row "
+                             f"({V3_THREADS[-1]} threads x {V3_ELEMS}), got cols={cols}")
+        return [Launch(kname("softmax_v3_block_row", dtype, V3_ELEMS // vec(dtype), t), (rows, 1, 1), (t, 1, 1))]
+    if version == "v4_cluster_row":
+        cfg = v4_config(cols)
+        if cfg is None:
+            raise ValueError(f"v4_cluster_row holds at most {max_cols(version, dtype)} elements per row "
+                             f"(8 blocks x {V4_THREADS} threads x {V4_ELEMS[-1]}), got cols={cols}")
+        cl, elems = cfg
+        return [Launch(kname("softmax_v4_cluster_row", dtype, elems // vec(dtype), cl), (cl, rows, 1),
+                       (V4_THREADS, 1, 1))]
+    raise KeyError(f"unknown softmax version {version!r}")
+
+
+def plan(rows: int, cols: int, dtype) -> str:
+    """The dispatcher's choice: the one-read version that fits the row, else the two-read v1.
+
+    Short rows (one warp's registers hold them): v2, no shared memory, no barrier. Up to 16384: v3,
+    one block holds the row. Up to 262144: v4, a cluster holds the row. Longer: v1 (two reads).
+    """
+    for version in ("v2_warp_row", "v3_block_row", "v4_cluster_row"):
+        if cols <= max_cols(version, dtype):
+            return version
+    return "v1_online"
+
+
+def name_expressions() -> tuple[str, ...]:
+    """Every template instance any geometry can ask for."""
+    names = []
+    for dt in _dtypes():
+        v = vec(dt)
+        names += [kname(b, dt) for b in ("softmax_v0_three_pass_max", "softmax_v0_three_pass_sum",
+                                         "softmax_v0_three_pass_normalize", "softmax_v1_online")]
+        names += [kname("softmax_v2_warp_row", dt, nc) for nc in V2_NC]
+        names += [kname("softmax_v3_block_row", dt, V3_ELEMS // v, t) for t in V3_THREADS]
+        names += [kname("softmax_v4_cluster_row", dt, V4_ELEMS[0] // v, cl) for cl in V4_CLUSTERS]
+        names.append(kname("softmax_v4_cluster_row", dt, V4_ELEMS[-1] // v, V4_CLUSTERS[-1]))
+    return tuple(names)
+
+
+# --- the kernels' work split and the (m, l) algebra, mirrored in NumPy (tested on the CPU) -----------
+
+def thread_elements(version: str, cols: int, dtype) -> np.ndarray:
+    """[threads per row, elements per thread] column indices each thread of v2/v3/v4 holds (-1: none).
+
+    Mirrors softmax_thread_state: thread t holds chunks first + j * stride (j < NC), chunk c holding
+    elements c * VEC .. c * VEC + VEC - 1.
+    """
+    v = vec(dtype)
+    if version == "v2_warp_row":
+        nc, threads, firsts, stride = v2_chunks(cols, dtype), 32, np.arange(32), 32
+    elif version == "v3_block_row":
+        t = v3_threads(cols)
+        nc, threads, firsts, stride = V3_ELEMS // v, t, np.arange(t), t
+    elif version == "v4_cluster_row":
+        cl, elems = v4_config(cols)
+        nc, threads, stride = elems // v, cl * V4_THREADS, V4_THREADS
+        rank, t = np.divmod(np.arange(threads), V4_THREADS)
+        firsts = rank * nc * V4_THREADS + t
+    else:
+        raise KeyError(f"{version} does not hold the row in registers")
+    chunks = firsts[:, None] + stride * np.arange(nc)[None, :]             # [threads, NC]
+    elems = (chunks[:, :, None] * v + np.arange(v)[None, None, :]).reshape(threads, nc * v)
+    return np.where(elems < cols, elems, -1)
+
+
+def state(x):
+    """(m, l) of the last dim of x in float64: m = max x, l = sum e^{x - m} (-inf rows: (-inf, 0))."""
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=-1)
+    m_safe = np.where(np.isneginf(m), 0.0, m)
+    return m, np.exp(x - m_safe[..., None]).sum(axis=-1)
+
+
+def merge(a, b):
+    """The merge operator on (m, l) pairs (NumPy arrays of states): the state of the union."""
+    (ma, la), (mb, lb) = a, b
+    m = np.maximum(ma, mb)
+    m_safe = np.where(np.isneginf(m), 0.0, m)
+    return m, la * np.exp(ma - m_safe) + lb * np.exp(mb - m_safe)
+
+
+def simulate(version: str, x: np.ndarray) -> np.ndarray:
+    """A register version's algorithm on the CPU, in float64: per-thread states from the elements the
+    thread holds, merged pairwise (a butterfly-like tree), then y = e^{x - m_t} e^{m_t - m} / l."""
+    rows, cols = x.shape
+    idx = thread_elements(version, cols, x.dtype)                         # [threads, E]
+    vals = np.where(idx[None] >= 0, x.astype(np.float64)[:, np.maximum(idx, 0)], -np.inf)  # [rows, threads, E]
+    m_t, l_t = state(vals)                                                # [rows, threads]
+    ms, ls = m_t, l_t
+    while ms.shape[1] > 1:                                                # pairwise tree over threads
+        if ms.shape[1] % 2:
+            ms = np.concatenate([ms, np.full((rows, 1), -np.inf)], axis=1)
+            ls = np.concatenate([ls, np.zeros((rows, 1))], axis=1)
+        ms, ls = merge((ms[:, 0::2], ls[:, 0::2]), (ms[:, 1::2], ls[:, 1::2]))
+    m, l = ms[:, 0], ls[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        inv_l = np.where(l > 0, 1.0 / np.where(l > 0, l, 1.0), np.nan)
+        m_t_safe = np.where(np.isneginf(m_t), 0.0, m_t)
+        factor = np.where(np.isneginf(m)[:, None], 0.0, np.exp(m_t - np.where(np.isneginf(m), 0.0, m)[:, None]))
+        p = np.exp(vals - m_t_safe[..., None]) * (factor * inv_l[:, None])[..., None]
+    y = np.full((rows, cols), np.inf)
+    for t in range(idx.shape[0]):
+        ok = idx[t] >= 0
+        y[:, idx[t][ok]] = p[:, t, ok]
+    return y
+
+
+SOURCE = KernelSource("softmax.cu", name_expressions=name_expressions())
+
+
+# --- launchers ------------------------------------------------------------------------------------
+
+def _validate(x, y, version: str):
+    expect_array(x, "x", dtype=_dtypes(), ndim=2)
+    rows, cols = (int(s) for s in x.shape)
+    if rows < 1 or cols < 1:
+        raise ValueError(f"x: expected at least one row and one column, got shape {(rows, cols)}")
+    if rows * cols >= 2**31:
+        raise ValueError(f"x: at most 2**31 - 1 elements (int32 chunk indices), got {rows} x {cols}")
+    expect_array(y, "y", dtype=np.dtype(x.dtype), ndim=2, shape=(rows, cols))
+    expect_same_device(x, y)
+    launches = geometry(version, rows, cols, x.dtype)
+    for ln in launches:
+        if ln.grid[1] > MAX_GRID_Y:
+            raise ValueError(f"x: {rows} rows need {ln.grid[1]} blocks along grid y for {version}, "
+                             f"more than the limit {MAX_GRID_Y}")
+    return rows, cols, launches
+
+
+def _launcher(version: str):
+    def launch(x, y):
+        rows, cols, launches = _validate(x, y, version)
+        c = np.int32(cols)
+        if version == "v0_three_pass":
+            import cupy
+            m = cupy.empty((rows,), dtype=cupy.float32)     # row maxima
+            l = cupy.empty((rows,), dtype=cupy.float32)     # row sums of e^{x - m}
+            k_max, k_sum, k_norm = (SOURCE.function(ln.kernel) for ln in launches)
+            k_max(launches[0].grid, launches[0].block, (x, m, c))
+            k_sum(launches[1].grid, launches[1].block, (x, m, l, c))
+            k_norm(launches[2].grid, launches[2].block, (x, m, l, y, c))
+        elif version == "v2_warp_row":
+            (ln,) = launches
+            SOURCE.function(ln.kernel)(ln.grid, ln.block, (x, y, np.int32(rows), c))
+        else:
+            (ln,) = launches
+            SOURCE.function(ln.kernel)(ln.grid, ln.block, (x, y, c))
+        return y
+    launch.__name__ = f"launch_softmax_{version}"
+    launch.__doc__ = f"Launch softmax {version}: y (rows x cols) = softmax(x) over the last dim."
+    return launch
+
+
+VERSIONS = registry(
+    Version("softmax_v0_three_pass", "v0_three_pass", _launcher("v0_three_pass"),
+            "safe softmax as three kernels (max, sum, normalize): x read three times"),
+    Version("softmax_v1_online", "v1_online", _launcher("v1_online"),
+            "block per row, online (m, l) in one read, then a second read to normalize"),
+    Version("softmax_v2_warp_row", "v2_warp_row", _launcher("v2_warp_row"),
+            "warp per row, the row in registers: one read, warp-level (m, l) merge"),
+    Version("softmax_v3_block_row", "v3_block_row", _launcher("v3_block_row"),
+            "block per row, the row in registers (16 per thread): one read, block-level merge"),
+    Version("softmax_v4_cluster_row", "v4_cluster_row", _launcher("v4_cluster_row"),
+            "cluster of 2-8 blocks per row, slices in registers, (m, l) merged over DSMEM: one read"),
+)
+
+
+def supports(version: str, cols: int, dtype) -> bool:
+    limit = max_cols(version, dtype)
+    return limit is None or cols <= limit
+
+
+def softmax(x, out=None):
+    """softmax over the last dim of a 2-D float32/bf16 CuPy array, with the version :func:`plan` picks."""
+    import cupy
+    expect_array(x, "x", dtype=_dtypes(), ndim=2)
+    y = cupy.empty(x.shape, dtype=x.dtype) if out is None else out
+    return VERSIONS[plan(int(x.shape[0]), int(x.shape[1]), x.dtype)].launch(x, y)

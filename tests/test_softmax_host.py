@@ -1,0 +1,175 @@
+"""Chapter 6 host side on a CPU: the (m, l) algebra, the dispatcher and geometry, the work split of the
+register versions (every element held by exactly one thread), and the launchers' ValueErrors."""
+import numpy as np
+import pytest
+
+from kernels import softmax as S
+from tests.test_build_show_ops import FakeDeviceArray
+
+BF16 = S.BF16
+DTYPES = [np.float32] + ([BF16] if BF16 is not None else [])
+TARGETS = [(8192, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (128, 262144)]
+
+
+def test_cost_model():
+    assert S.nbytes(8192, 1024) == 2 * 4 * 8192 * 1024
+    assert S.nbytes(3, 5, itemsize=2) == 60
+    assert S.traffic("v0_three_pass", 2, 3) == 4 * 4 * 6
+    assert S.traffic("v1_online", 2, 3) == 3 * 4 * 6
+    assert S.traffic("v2_warp_row", 2, 3) == S.nbytes(2, 3)
+
+
+def test_reference_matches_the_definition(rng):
+    x = rng.standard_normal((7, 33)).astype(np.float32)
+    e = np.exp(x.astype(np.float64))
+    assert np.allclose(S.reference(x), e / e.sum(-1, keepdims=True), rtol=1e-12)
+    big = np.array([[1e4, 1e4 - 1, -1e4]], np.float32)
+    y = S.reference(big)
+    assert np.all(np.isfinite(y)) and y[0, 0] == pytest.approx(1 / (1 + np.exp(-1)))
+    masked = np.array([[-np.inf] * 4, [0.0, -np.inf, 0.0, -np.inf]], np.float32)
+    y = S.reference(masked)
+    assert np.all(np.isnan(y[0])) and np.array_equal(y[1], [0.5, 0.0, 0.5, 0.0])
+
+
+def test_merge_is_commutative_associative_with_identity(rng):
+    x = rng.standard_normal((5, 90)) * 30
+    a, b, c = S.state(x[:, :20]), S.state(x[:, 20:50]), S.state(x[:, 50:])
+    ab, ba = S.merge(a, b), S.merge(b, a)
+    assert np.array_equal(ab[0], ba[0]) and np.array_equal(ab[1], ba[1])
+    left, right = S.merge(S.merge(a, b), c), S.merge(a, S.merge(b, c))
+    whole = S.state(x)
+    for s in (left, right):
+        assert np.array_equal(s[0], whole[0]) and np.allclose(s[1], whole[1], rtol=1e-13)
+    empty = (np.full(5, -np.inf), np.zeros(5))
+    e = S.merge(a, empty)
+    assert np.array_equal(e[0], a[0]) and np.array_equal(e[1], a[1])
+    ee = S.merge(empty, empty)
+    assert np.all(np.isneginf(ee[0])) and np.all(ee[1] == 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,cols", TARGETS)
+def test_plan_picks_the_one_read_version_that_fits(rows, cols, dtype):
+    v = S.plan(rows, cols, dtype)
+    expected = {1024: "v2_warp_row", 4096: "v3_block_row", 16384: "v3_block_row",
+                65536: "v4_cluster_row", 262144: "v4_cluster_row"}[cols]
+    assert v == expected
+    (ln,) = S.geometry(v, rows, cols, dtype)
+    assert ln.kernel in S.name_expressions()
+    threads = ln.block[0]
+    assert threads % 32 == 0 and threads <= 1024
+
+
+def test_plan_falls_back_to_two_reads_beyond_a_cluster():
+    assert S.plan(4, 262145, np.float32) == "v1_online"
+    assert S.plan(4, 1, np.float32) == "v2_warp_row"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", [1, 7, 33, 1000, 1024, 1025, 2048, 4097, 16384, 16385, 65536, 131073, 262144])
+def test_every_geometry_is_an_instantiated_template(cols, dtype):
+    for label in S.VERSIONS:
+        if not S.supports(label, cols, dtype):
+            with pytest.raises(ValueError, match="at most"):
+                S.geometry(label, 3, cols, dtype)
+            continue
+        for ln in S.geometry(label, 3, cols, dtype):
+            assert ln.kernel in S.name_expressions(), ln.kernel
+            if label == "v4_cluster_row":
+                cl = int(ln.kernel.rstrip(">").split(",")[-1])
+                assert ln.grid == (cl, 3, 1)           # grid x divisible by the cluster size
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", [1, 7, 33, 1000, 1024, 2048, 4097, 16384, 20000, 65536, 262144])
+def test_register_versions_hold_every_element_exactly_once(cols, dtype):
+    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row"):
+        if not S.supports(label, cols, dtype):
+            continue
+        idx = S.thread_elements(label, cols, dtype)
+        held = idx[idx >= 0]
+        assert np.array_equal(np.sort(held), np.arange(cols)), f"{label} cols={cols}"
+        # chunk-aligned vector accesses: each thread's elements come in runs of VEC from c * VEC
+        v = S.vec(dtype)
+        first = idx.reshape(idx.shape[0], -1, v)[..., 0]
+        assert np.all((first[first >= 0] % v) == 0)
+
+
+def test_v2_warp_accesses_are_contiguous_per_instruction():
+    # load j of a warp: lanes 0..31 read chunks 32 j + lane: 512 contiguous bytes
+    idx = S.thread_elements("v2_warp_row", 1024, np.float32)           # [32, 32]
+    for j in range(idx.shape[1] // 4):
+        starts = idx[:, 4 * j]
+        assert np.array_equal(np.diff(starts), np.full(31, 4))
+
+
+@pytest.mark.parametrize("label", ["v2_warp_row", "v3_block_row", "v4_cluster_row"])
+@pytest.mark.parametrize("shape", [(3, 7), (2, 33), (2, 1000), (1, 1), (2, 4097)])
+def test_simulated_algorithm_matches_the_reference(label, shape, rng):
+    if not S.supports(label, shape[1], np.float32):
+        pytest.skip("row too long for this version")
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    assert np.allclose(S.simulate(label, x), S.reference(x), rtol=1e-12, atol=1e-300)
+
+
+def test_simulated_algorithm_on_masked_rows_and_large_logits():
+    x = np.zeros((3, 70), np.float32)
+    x[0] = -np.inf                                       # fully masked: NaN, as torch
+    x[1, :] = -np.inf
+    x[1, 65] = 2.0                                       # one survivor, held by a late thread
+    x[2] = np.linspace(-1e4, 1e4, 70).astype(np.float32)   # large logits
+    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row"):
+        y = S.simulate(label, x)
+        assert np.all(np.isnan(y[0]))
+        assert y[1, 65] == 1.0 and np.all(np.delete(y[1], 65) == 0)
+        assert np.allclose(y[2], S.reference(x)[2], rtol=1e-12, atol=0)
+
+
+def test_versions_are_numbered_in_order_and_named_after_their_kernels():
+    labels = list(S.VERSIONS)
+    assert [int(lbl.split("_")[0][1:]) for lbl in labels] == list(range(len(labels)))
+    for lbl, v in S.VERSIONS.items():
+        assert v.kernel == "softmax_" + lbl
+        assert all(ln.kernel.startswith(v.kernel) for ln in S.geometry(lbl, 2, 8, np.float32))
+
+
+def test_every_version_has_a_snippet():
+    from utils.show import snippets
+    names = snippets(S.SOURCE.path.read_text())
+    for lbl in S.VERSIONS:
+        assert lbl.split("_")[0].replace("v", "softmax_v") in names
+    assert {"softmax_chunks", "softmax_registers"} <= set(names)
+
+
+def test_launch_constants_match_the_source():
+    src = S.SOURCE.path.read_text()
+    for name in ("V0_THREADS", "V1_THREADS", "V2_ROWS", "V4_THREADS"):
+        assert f"constexpr int {name} = {getattr(S, name)};" in src
+
+
+@pytest.mark.parametrize("x,y,msg", [
+    (np.zeros((4, 4), np.float32), FakeDeviceArray((4, 4), np.float32), "expected a CUDA device array"),
+    (FakeDeviceArray((4, 4), np.float64), FakeDeviceArray((4, 4), np.float64), "expected dtype float32"),
+    (FakeDeviceArray((16,), np.float32), FakeDeviceArray((16,), np.float32), "expected 2 dimensions"),
+    (FakeDeviceArray((0, 4), np.float32), FakeDeviceArray((0, 4), np.float32), "at least one row"),
+    (FakeDeviceArray((4, 6), np.float32), FakeDeviceArray((6, 4), np.float32), r"expected shape \(4, 6\)"),
+    (FakeDeviceArray((4, 8), np.float32), FakeDeviceArray((4, 8), np.float16), "expected dtype float32"),
+    (FakeDeviceArray((4, 6), np.float32, strides=(4, 16)), FakeDeviceArray((4, 6), np.float32), "C-contiguous"),
+    (FakeDeviceArray((4, 6), np.float32), FakeDeviceArray((4, 6), np.float32, ptr=0x10004), "aligned"),
+])
+def test_launchers_reject_bad_arguments(x, y, msg):
+    for v in S.VERSIONS.values():
+        with pytest.raises(ValueError, match=msg):
+            v.launch(x, y)
+
+
+def test_launchers_reject_rows_too_long_or_too_many():
+    x = FakeDeviceArray((2, 4096), np.float32)
+    with pytest.raises(ValueError, match="at most 1024"):
+        S.VERSIONS["v2_warp_row"].launch(x, FakeDeviceArray((2, 4096), np.float32))
+    x = FakeDeviceArray((70000, 20000), np.float32)
+    with pytest.raises(ValueError, match="grid y"):
+        S.VERSIONS["v4_cluster_row"].launch(x, FakeDeviceArray((70000, 20000), np.float32))
+    x = FakeDeviceArray((2**16, 2**15), np.float32)
+    with pytest.raises(ValueError, match="2\\*\\*31"):
+        S.VERSIONS["v1_online"].launch(x, FakeDeviceArray((2**16, 2**15), np.float32))
