@@ -1,0 +1,308 @@
+// fusion.cu: fused memory-bound epilogues of a transformer layer (chapter 8), bf16 in and out, fp32 math.
+// Each kernel reads its inputs once and writes its outputs once; the unfused chain of torch ops it
+// replaces writes every intermediate to HBM and reads it back. One version per op so far:
+//
+//   bias_gelu_v1_vec8     y = gelu_erf(x + b), x [rows, cols], b [cols]: 16-byte loads of 8 bf16,
+//                         2 chunks per thread, both loads issued before any math
+//   swiglu_v1_vec8        y = silu(x[:, :H]) * x[:, H:], x [rows, 2H] -> y [rows, H] (gate first, as
+//                         vLLM's silu_and_mul): the two halves read as 16-byte chunks, 2 per thread
+//   add_rmsnorm_v1_vec8   h = x + residual (stored, bf16), y = h * rsqrt(mean(h^2) + eps) * w:
+//                         one block of 256 threads per row, the row kept in registers between the
+//                         sum of squares and the scaling, so h is never read back
+//   rope_neox_v1_vec8     rotate-half (GPT-NeoX) RoPE on q [T, Hq, D] and k [T, Hk, D] in one launch,
+//                         cos/sin tables [T, D/2]: each item is 8 pairs (d, d + D/2) of one head
+//
+// Every kernel has a 16-byte path (taken when the row length, or half-head, is a multiple of 8
+// elements: then every chunk is 16-byte aligned given 16-byte aligned base pointers, which the
+// launchers check) and a scalar path over the same work items for any other width.
+#include <cuda_bf16.h>
+
+#include "common.cuh"
+#include "fusion_scalar.cuh"
+
+#define FUSE_THREADS 256
+#define FUSE_UNROLL 2       // 16-byte chunks (or scalar items) per thread per input stream
+
+typedef __nv_bfloat16 bf16;
+
+// [[snippet: fusion_vec8]]
+// 8 bf16 in one 16-byte register quad <-> 8 floats. Widening is exact; narrowing rounds to nearest even.
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return u;
+}
+// [[/snippet]]
+
+// [[snippet: bias_gelu_v1]]
+// Block of 256 threads covers 256 * 2 chunks = 4096 elements. cols % 8 == 0: a chunk never straddles
+// two rows, and its bias chunk is (chunk index mod cols/8) -- 8 KB of bias, served from L1/L2.
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+bias_gelu_v1_vec8(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
+                  int n, int cols) {
+    if ((cols & 7) == 0) {
+        const int nv = n >> 3, cv = cols >> 3;
+        const uint4* x4 = reinterpret_cast<const uint4*>(x);
+        const uint4* b4 = reinterpret_cast<const uint4*>(bias);
+        uint4* y4 = reinterpret_cast<uint4*>(y);
+        const int base = blockIdx.x * (FUSE_THREADS * FUSE_UNROLL) + threadIdx.x;
+        uint4 xv[FUSE_UNROLL], bv[FUSE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < FUSE_UNROLL; ++u) {          // issue every load first: 32 B in flight per chunk
+            const int i = base + u * FUSE_THREADS;
+            if (i < nv) {
+                xv[u] = x4[i];
+                bv[u] = __ldg(b4 + i % cv);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < FUSE_UNROLL; ++u) {
+            const int i = base + u * FUSE_THREADS;
+            if (i < nv) {
+                float a[8], b[8];
+                unpack8(xv[u], a);
+                unpack8(bv[u], b);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) a[e] = gelu_erf(a[e] + b[e]);   // fp32 math, one rounding
+                y4[i] = pack8(a);
+            }
+        }
+    } else {                                              // any width: the same 4096 elements, one at a time
+        const int base = blockIdx.x * (FUSE_THREADS * FUSE_UNROLL * 8) + threadIdx.x;
+#pragma unroll 4
+        for (int k = 0; k < FUSE_UNROLL * 8; ++k) {
+            const int i = base + k * FUSE_THREADS;
+            if (i < n)
+                y[i] = __float2bfloat16_rn(gelu_erf(__bfloat162float(x[i]) + __bfloat162float(bias[i % cols])));
+        }
+    }
+}
+// [[/snippet]]
+
+// [[snippet: swiglu_v1]]
+// x [rows, 2H]: gate = x[r, 0:H], up = x[r, H:2H]; y [rows, H]. Output chunk i sits in row r = i / (H/8),
+// column chunk c; its gate chunk is x4[r * 2(H/8) + c], its up chunk H/8 chunks further.
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+swiglu_v1_vec8(const bf16* __restrict__ x, bf16* __restrict__ y, int rows, int H) {
+    const int n = rows * H;                               // output elements (launcher: 2n < 2^31)
+    if ((H & 7) == 0) {
+        const int hv = H >> 3, nv = n >> 3;
+        const uint4* x4 = reinterpret_cast<const uint4*>(x);
+        uint4* y4 = reinterpret_cast<uint4*>(y);
+        const int base = blockIdx.x * (FUSE_THREADS * FUSE_UNROLL) + threadIdx.x;
+        uint4 gv[FUSE_UNROLL], uv[FUSE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < FUSE_UNROLL; ++u) {
+            const int i = base + u * FUSE_THREADS;
+            if (i < nv) {
+                const int r = i / hv, c = i - r * hv;
+                gv[u] = x4[2 * r * hv + c];
+                uv[u] = x4[2 * r * hv + hv + c];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < FUSE_UNROLL; ++u) {
+            const int i = base + u * FUSE_THREADS;
+            if (i < nv) {
+                float g[8], v[8];
+                unpack8(gv[u], g);
+                unpack8(uv[u], v);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) g[e] = silu(g[e]) * v[e];
+                y4[i] = pack8(g);
+            }
+        }
+    } else {
+        const int base = blockIdx.x * (FUSE_THREADS * FUSE_UNROLL * 8) + threadIdx.x;
+#pragma unroll 4
+        for (int k = 0; k < FUSE_UNROLL * 8; ++k) {
+            const int i = base + k * FUSE_THREADS;
+            if (i < n) {
+                const int r = i / H, c = i - r * H;
+                const float g = __bfloat162float(x[(size_t)2 * r * H + c]);
+                const float v = __bfloat162float(x[(size_t)2 * r * H + H + c]);
+                y[i] = __float2bfloat16_rn(silu(g) * v);
+            }
+        }
+    }
+}
+// [[/snippet]]
+
+// [[snippet: add_rmsnorm_v1]]
+// One block per row, B = blockDim.x threads (a multiple of 32, at most 1024; the launcher picks the
+// smallest with D <= 8 * B * RMS_MAX_CHUNKS: 256 for D = 4096). Thread t owns chunks t, t + B of the
+// row (16-byte path) or elements t, t + B, ..., t + 15 B (scalar path). h stays in registers
+// (h_i[16] floats) from the sum of squares to the scaling: it is never read back from memory.
+#define RMS_MAX_CHUNKS 2
+
+__device__ __forceinline__ float block_sum(float v, float* red /* [32] in smem */) {
+    v = warp_sum(v);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    const float t = lane < (int)(blockDim.x >> 5) ? red[lane] : 0.0f;
+    return warp_sum(t);                                   // every warp sums the partials itself
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+add_rmsnorm_v1_vec8(const bf16* __restrict__ x, const bf16* __restrict__ residual,
+                    const bf16* __restrict__ w, bf16* __restrict__ residual_out, bf16* __restrict__ y,
+                    int rows, int D, float eps) {
+    __shared__ float red[32];                             // [B / 32] warp partial sums
+    const size_t row = blockIdx.x;
+    float h_i[8 * RMS_MAX_CHUNKS];                        // this thread's part of h = x + residual
+    float ss = 0.0f;
+    if ((D & 7) == 0) {
+        const int dv = D >> 3;
+        const uint4* x4 = reinterpret_cast<const uint4*>(x + row * D);
+        const uint4* r4 = reinterpret_cast<const uint4*>(residual + row * D);
+        uint4* ro4 = reinterpret_cast<uint4*>(residual_out + row * D);
+        uint4 xv[RMS_MAX_CHUNKS], rv[RMS_MAX_CHUNKS];
+#pragma unroll
+        for (int k = 0; k < RMS_MAX_CHUNKS; ++k) {        // all loads of the row first
+            const int c = threadIdx.x + k * (int)blockDim.x;
+            if (c < dv) {
+                xv[k] = x4[c];
+                rv[k] = r4[c];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < RMS_MAX_CHUNKS; ++k) {
+            const int c = threadIdx.x + k * (int)blockDim.x;
+            if (c < dv) {
+                float a[8], b[8];
+                unpack8(xv[k], a);
+                unpack8(rv[k], b);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) a[e] += b[e];
+                const uint4 hv = pack8(a);                // h rounded to bf16: what is stored ...
+                ro4[c] = hv;
+                unpack8(hv, a);                           // ... is what gets normalized
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    h_i[8 * k + e] = a[e];
+                    ss += a[e] * a[e];
+                }
+            }
+        }
+        const float rstd = rsqrtf(block_sum(ss, red) / D + eps);
+        const uint4* w4 = reinterpret_cast<const uint4*>(w);
+        uint4* y4 = reinterpret_cast<uint4*>(y + row * D);
+#pragma unroll
+        for (int k = 0; k < RMS_MAX_CHUNKS; ++k) {
+            const int c = threadIdx.x + k * (int)blockDim.x;
+            if (c < dv) {
+                float g[8], o[8];
+                unpack8(__ldg(w4 + c), g);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) o[e] = h_i[8 * k + e] * rstd * g[e];
+                y4[c] = pack8(o);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8 * RMS_MAX_CHUNKS; ++k) {
+            const int c = threadIdx.x + k * (int)blockDim.x;
+            if (c < D) {
+                const float h = __bfloat162float(__float2bfloat16_rn(
+                    __bfloat162float(x[row * D + c]) + __bfloat162float(residual[row * D + c])));
+                residual_out[row * D + c] = __float2bfloat16_rn(h);
+                h_i[k] = h;
+                ss += h * h;
+            }
+        }
+        const float rstd = rsqrtf(block_sum(ss, red) / D + eps);
+#pragma unroll
+        for (int k = 0; k < 8 * RMS_MAX_CHUNKS; ++k) {
+            const int c = threadIdx.x + k * (int)blockDim.x;
+            if (c < D) y[row * D + c] = __float2bfloat16_rn(h_i[k] * rstd * __bfloat162float(w[c]));
+        }
+    }
+}
+// [[/snippet]]
+
+// [[snippet: rope_neox_v1]]
+// Rotate-half RoPE: for d < D/2, out[d] = x[d] cos[t, d] - x[d + D/2] sin[t, d] and
+// out[d + D/2] = x[d + D/2] cos[t, d] + x[d] sin[t, d]; cos/sin are [T, D/2] tables (position of
+// token t = t). A work item is (token t, head slot s in [0, Hq + Hk), chunk j of the half): slots
+// below Hq are heads of q, the rest heads of k. 16-byte path (half % 8 == 0): 8 pairs per item;
+// scalar path: 1 pair per item, the same decomposition with chunks of one element.
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+rope_neox_v1_vec8(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                  const bf16* __restrict__ cos_t, const bf16* __restrict__ sin_t,
+                  bf16* __restrict__ q_out, bf16* __restrict__ k_out,
+                  int T, int Hq, int Hk, int half) {
+    const int vec = (half & 7) == 0 ? 8 : 1;
+    const int nj = half / vec, slots = Hq + Hk;
+    const int items = T * slots * nj;                     // launcher: items and q/k sizes < 2^31
+    const int base = blockIdx.x * (FUSE_THREADS * FUSE_UNROLL) + threadIdx.x;
+    const int D = 2 * half;
+    if (vec == 8) {
+        uint4 x1[FUSE_UNROLL], x2[FUSE_UNROLL], cv[FUSE_UNROLL], sv[FUSE_UNROLL];
+        int off[FUSE_UNROLL];                             // element offset of the item's first half
+        bool is_q[FUSE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < FUSE_UNROLL; ++u) {
+            const int it = base + u * FUSE_THREADS;
+            if (it < items) {
+                const int j = it % nj, ts = it / nj, s = ts % slots, t = ts / slots;
+                is_q[u] = s < Hq;
+                off[u] = (is_q[u] ? (t * Hq + s) : (t * Hk + (s - Hq))) * D + 8 * j;
+                const bf16* src = is_q[u] ? q : k;
+                x1[u] = *reinterpret_cast<const uint4*>(src + off[u]);
+                x2[u] = *reinterpret_cast<const uint4*>(src + off[u] + half);
+                cv[u] = __ldg(reinterpret_cast<const uint4*>(cos_t + t * half + 8 * j));
+                sv[u] = __ldg(reinterpret_cast<const uint4*>(sin_t + t * half + 8 * j));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < FUSE_UNROLL; ++u) {
+            const int it = base + u * FUSE_THREADS;
+            if (it < items) {
+                float a[8], b[8], c[8], s[8], o1[8], o2[8];
+                unpack8(x1[u], a);
+                unpack8(x2[u], b);
+                unpack8(cv[u], c);
+                unpack8(sv[u], s);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    o1[e] = a[e] * c[e] - b[e] * s[e];
+                    o2[e] = b[e] * c[e] + a[e] * s[e];
+                }
+                bf16* dst = is_q[u] ? q_out : k_out;
+                *reinterpret_cast<uint4*>(dst + off[u]) = pack8(o1);
+                *reinterpret_cast<uint4*>(dst + off[u] + half) = pack8(o2);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < FUSE_UNROLL; ++u) {
+            const int it = base + u * FUSE_THREADS;
+            if (it < items) {
+                const int j = it % nj, ts = it / nj, s = ts % slots, t = ts / slots;
+                const bool isq = s < Hq;
+                const int o = (isq ? (t * Hq + s) : (t * Hk + (s - Hq))) * D + j;
+                const bf16* src = isq ? q : k;
+                bf16* dst = isq ? q_out : k_out;
+                const float a = __bfloat162float(src[o]), b = __bfloat162float(src[o + half]);
+                const float c = __bfloat162float(cos_t[t * half + j]);
+                const float sn = __bfloat162float(sin_t[t * half + j]);
+                dst[o] = __float2bfloat16_rn(a * c - b * sn);
+                dst[o + half] = __float2bfloat16_rn(b * c + a * sn);
+            }
+        }
+    }
+}
+// [[/snippet]]

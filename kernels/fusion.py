@@ -1,0 +1,364 @@
+"""Fused element-wise epilogues (chapter 8): references, byte ledgers, launchers, the CuPy library route.
+
+Four ops of a transformer layer, bf16 in and out, fp32 math inside:
+
+- ``bias_gelu``: ``y = gelu(x + b)``, x [rows, cols], b [cols]; GELU in its exact erf form, which is
+  ``torch.nn.functional.gelu``'s default (``approximate='none'``).
+- ``swiglu``: ``y = silu(x[:, :H]) * x[:, H:]``, x [rows, 2H] -> y [rows, H] (gate half first, as vLLM's
+  ``silu_and_mul``).
+- ``add_rmsnorm``: ``h = x + residual`` (stored in bf16, the new residual stream) and
+  ``y = h * rsqrt(mean(h^2) + eps) * w``, the norm taken over the bf16-rounded h, as torch and vLLM do.
+- ``rope``: rotate-half (GPT-NeoX style) rotary embedding of q [T, Hq, D] and k [T, Hk, D] with cos/sin
+  tables [T, D/2] (token t at position t): ``out[d] = x[d] cos - x[d + D/2] sin``,
+  ``out[d + D/2] = x[d + D/2] cos + x[d] sin`` for d < D/2.
+
+The references compute the fp32-math formula in float64 from the bf16 inputs (NumPy or CuPy, wherever
+the inputs live). The ledgers count the HBM bytes of each op of the unfused torch chain the chapter times,
+and the minimal bytes of the fused kernel, so that ``chain / fused`` is the speedup predicted before
+measuring.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import ml_dtypes
+import numpy as np
+
+from utils.build import KernelSource
+from utils.ops import Version, expect_array, expect_same_device, registry
+from utils.paths import INCLUDE
+
+SOURCE = KernelSource("fusion.cu")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+THREADS = 256          # FUSE_THREADS in fusion.cu
+UNROLL = 2             # FUSE_UNROLL: 16-byte chunks (or scalar items) per thread
+RMS_MAX_CHUNKS = 2     # RMS_MAX_CHUNKS: 16-byte chunks of a row per thread in add_rmsnorm
+INT32_LIMIT = 2**31
+EPS = 1e-6
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --- references (float64, from the bf16 inputs) ------------------------------------------------------
+
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+def _f64(a):
+    """bf16 (or any float) array -> float64, exactly (through float32)."""
+    return a.astype(np.float32).astype(np.float64)
+
+
+def _erf(v):
+    xp = _xp(v)
+    if xp is np:
+        return np.vectorize(math.erf, otypes=[np.float64])(v)
+    from cupyx.scipy.special import erf
+    return erf(v)
+
+
+def reference_bias_gelu(x, b):
+    v = _f64(x) + _f64(b)[None, :]
+    return 0.5 * v * (1.0 + _erf(v / math.sqrt(2.0)))
+
+
+def reference_swiglu(x):
+    H = x.shape[1] // 2
+    g, u = _f64(x[:, :H]), _f64(x[:, H:])
+    xp = _xp(x)
+    return g / (1.0 + xp.exp(-g)) * u
+
+
+def reference_add_rmsnorm(x, residual, w, eps: float = EPS):
+    """(h, y): h = x + residual rounded to bf16 (the stored residual stream), y normalized from that h."""
+    h32 = x.astype(np.float32) + residual.astype(np.float32)     # exact: two bf16 add exactly in fp32
+    h = _f64(h32.astype(BF16))
+    xp = _xp(x)
+    rstd = 1.0 / xp.sqrt((h * h).mean(axis=1, keepdims=True) + eps)
+    return h, h * rstd * _f64(w)[None, :]
+
+
+def reference_rope(x, cos, sin):
+    """Rotate-half RoPE of one tensor x [T, H, D] with tables [T, D/2]."""
+    half = x.shape[2] // 2
+    xp = _xp(x)
+    v = _f64(x)
+    c, s = _f64(cos)[:, None, :], _f64(sin)[:, None, :]
+    x1, x2 = v[..., :half], v[..., half:]
+    return xp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def rope_tables(T: int, half: int, base: float = 10000.0, xp=np):
+    """cos/sin tables [T, half] in bf16 for positions 0..T-1 (inverse frequencies base^(-i/half))."""
+    inv = base ** (-np.arange(half, dtype=np.float64) / half)
+    ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang).astype(np.float32).astype(BF16), np.sin(ang).astype(np.float32).astype(BF16)
+    if xp is np:
+        return cos, sin
+    return xp.asarray(cos), xp.asarray(sin)
+
+
+# --- byte ledgers: (op, bytes read, bytes written) for the unfused chains, and the fused minimum -------
+
+def ledger_bias_gelu(rows: int, cols: int, itemsize: int = 2) -> dict:
+    """Eager ``F.gelu(x + b)``: two kernels, the sum written to HBM and read back."""
+    n, b = rows * cols * itemsize, cols * itemsize
+    chain = [("x + b", n + b, n), ("gelu", n, n)]
+    return {"chain": chain, "fused": n + b + n}
+
+
+def ledger_swiglu(rows: int, H: int, itemsize: int = 2) -> dict:
+    """Eager ``F.silu(x[:, :H]) * x[:, H:]``: silu writes its result, the product reads it back."""
+    h = rows * H * itemsize
+    chain = [("silu(gate)", h, h), ("* up", 2 * h, h)]
+    return {"chain": chain, "fused": 2 * h + h}
+
+
+def ledger_add_rmsnorm(rows: int, D: int) -> dict:
+    """The chain as Hugging Face's LlamaRMSNorm writes it (after the residual add), bf16 storage,
+    the normalization in fp32: h = x + r; hf = h.float(); var = hf.pow(2).mean(-1); hf * rsqrt(var + eps);
+    .to(bf16); w * (...)."""
+    n2, n4, r4, w2 = rows * D * 2, rows * D * 4, rows * 4, D * 2
+    chain = [("x + r", 2 * n2, n2), ("h.float()", n2, n4), ("pow(2)", n4, n4), ("mean(-1)", n4, r4),
+             ("var + eps", r4, r4), ("rsqrt", r4, r4), ("hf * rstd", n4 + r4, n4),
+             (".to(bf16)", n4, n2), ("w * ...", n2 + w2, n2)]
+    return {"chain": chain, "fused": 2 * n2 + 2 * n2 + w2}
+
+
+def ledger_add_rms_norm_op(rows: int, D: int) -> dict:
+    """``x + r`` then ``torch.nn.functional.rms_norm`` counted as one read and one write of h."""
+    n2, w2 = rows * D * 2, D * 2
+    chain = [("x + r", 2 * n2, n2), ("F.rms_norm", n2 + w2, n2)]
+    return {"chain": chain, "fused": 2 * n2 + 2 * n2 + w2}
+
+
+def ledger_rope(T: int, Hq: int, Hk: int, D: int) -> dict:
+    """Eager ``x * cos + rotate_half(x) * sin`` for q and for k, with the [T, 1, D] tables built once
+    outside (as Hugging Face's rotary module does): per tensor x * c, -x2, cat, * s, +."""
+    chain = []
+    tab = T * D * 2                                     # one full [T, D] bf16 table
+    for name, H in (("q", Hq), ("k", Hk)):
+        n = T * H * D * 2
+        chain += [(f"{name} * cos", n + tab, n), (f"-{name}2", n // 2, n // 2), (f"cat", n, n),
+                  (f"rot({name}) * sin", n + tab, n), (f"{name} add", 2 * n, n)]
+    nq, nk, half_tabs = T * Hq * D * 2, T * Hk * D * 2, 2 * T * (D // 2) * 2
+    return {"chain": chain, "fused": 2 * nq + 2 * nk + half_tabs}
+
+
+def chain_bytes(ledger: dict) -> int:
+    return int(sum(r + w for _, r, w in ledger["chain"]))
+
+
+def predicted_speedup(ledger: dict) -> float:
+    """Unfused bytes / fused bytes: the speedup if every kernel ran at the same bandwidth."""
+    return chain_bytes(ledger) / ledger["fused"]
+
+
+# --- launch geometry (pure functions, tested on the CPU) ----------------------------------------------
+
+def grid_elementwise(n_out: int) -> int:
+    """bias_gelu / swiglu: a block covers THREADS * UNROLL chunks of 8 = 4096 output elements (both paths)."""
+    return ceil_div(n_out, THREADS * UNROLL * 8)
+
+
+def rmsnorm_block(D: int) -> int:
+    """Threads per row for add_rmsnorm: the fewest multiple of 32 (at least 32) with
+    D <= 8 * RMS_MAX_CHUNKS * block; 256 for D = 4096."""
+    per = 8 * RMS_MAX_CHUNKS
+    return max(32, ceil_div(ceil_div(D, per), 32) * 32)
+
+
+def rope_items(T: int, Hq: int, Hk: int, half: int) -> int:
+    vec = 8 if half % 8 == 0 else 1
+    return T * (Hq + Hk) * (half // vec)
+
+
+def grid_rope(T: int, Hq: int, Hk: int, half: int) -> int:
+    return ceil_div(rope_items(T, Hq, Hk, half), THREADS * UNROLL)
+
+
+# --- launchers -----------------------------------------------------------------------------------------
+
+def bias_gelu(x, b, y):
+    """y = gelu_erf(x + b) with bias_gelu_v1_vec8; x, y [rows, cols] bf16, b [cols] bf16."""
+    expect_array(x, "x", dtype=BF16, ndim=2)
+    rows, cols = (int(s) for s in x.shape)
+    if rows < 1 or cols < 1:
+        raise ValueError(f"x: expected at least one row and one column, got shape {(rows, cols)}")
+    if rows * cols >= INT32_LIMIT:
+        raise ValueError(f"x: {rows * cols} elements; the kernel indexes with int32, at most 2**31 - 1")
+    expect_array(b, "b", dtype=BF16, shape=(cols,))
+    expect_array(y, "y", dtype=BF16, shape=(rows, cols))
+    expect_same_device(x, b, y)
+    SOURCE.function("bias_gelu_v1_vec8")((grid_elementwise(rows * cols),), (THREADS,),
+                                         (x, b, y, np.int32(rows * cols), np.int32(cols)))
+    return y
+
+
+def swiglu(x, y):
+    """y = silu(x[:, :H]) * x[:, H:] with swiglu_v1_vec8; x [rows, 2H] bf16, y [rows, H] bf16."""
+    expect_array(x, "x", dtype=BF16, ndim=2)
+    rows, two_h = (int(s) for s in x.shape)
+    if rows < 1 or two_h < 2 or two_h % 2:
+        raise ValueError(f"x: expected shape (rows, 2H) with rows >= 1 and an even last dimension, got {(rows, two_h)}")
+    if rows * two_h >= INT32_LIMIT:
+        raise ValueError(f"x: {rows * two_h} elements; the kernel indexes with int32, at most 2**31 - 1")
+    H = two_h // 2
+    expect_array(y, "y", dtype=BF16, shape=(rows, H))
+    expect_same_device(x, y)
+    SOURCE.function("swiglu_v1_vec8")((grid_elementwise(rows * H),), (THREADS,),
+                                      (x, y, np.int32(rows), np.int32(H)))
+    return y
+
+
+def add_rmsnorm(x, residual, w, residual_out, y, eps: float = EPS):
+    """residual_out = x + residual (bf16); y = rmsnorm(residual_out) * w, with add_rmsnorm_v1_vec8."""
+    expect_array(x, "x", dtype=BF16, ndim=2)
+    rows, D = (int(s) for s in x.shape)
+    if rows < 1 or D < 1:
+        raise ValueError(f"x: expected at least one row and one column, got shape {(rows, D)}")
+    block = rmsnorm_block(D)
+    if block > 1024:
+        raise ValueError(f"x: rows of {D} elements need {block} threads per row; at most "
+                         f"{8 * RMS_MAX_CHUNKS * 1024} elements per row are supported")
+    if rows >= INT32_LIMIT:
+        raise ValueError(f"x: {rows} rows; at most 2**31 - 1")
+    expect_array(residual, "residual", dtype=BF16, shape=(rows, D))
+    expect_array(w, "w", dtype=BF16, shape=(D,))
+    expect_array(residual_out, "residual_out", dtype=BF16, shape=(rows, D))
+    expect_array(y, "y", dtype=BF16, shape=(rows, D))
+    expect_same_device(x, residual, w, residual_out, y)
+    SOURCE.function("add_rmsnorm_v1_vec8")((rows,), (block,),
+                                           (x, residual, w, residual_out, y, np.int32(rows), np.int32(D),
+                                            np.float32(eps)))
+    return residual_out, y
+
+
+def rope(q, k, cos, sin, q_out, k_out):
+    """Rotate-half RoPE of q [T, Hq, D] and k [T, Hk, D] (bf16) with cos/sin [T, D/2], one launch."""
+    expect_array(q, "q", dtype=BF16, ndim=3)
+    T, Hq, D = (int(s) for s in q.shape)
+    if T < 1 or Hq < 1 or D < 2 or D % 2:
+        raise ValueError(f"q: expected (T, Hq, D) with T, Hq >= 1 and an even head size D, got {(T, Hq, D)}")
+    expect_array(k, "k", dtype=BF16, ndim=3)
+    if int(k.shape[0]) != T or int(k.shape[2]) != D or int(k.shape[1]) < 1:
+        raise ValueError(f"k: expected shape ({T}, *, {D}) to match q, got {tuple(k.shape)}")
+    Hk, half = int(k.shape[1]), D // 2
+    if max(T * Hq * D, T * Hk * D, rope_items(T, Hq, Hk, half)) >= INT32_LIMIT:
+        raise ValueError(f"q/k: too large for int32 indexing ({T * max(Hq, Hk) * D} elements)")
+    expect_array(cos, "cos", dtype=BF16, shape=(T, half))
+    expect_array(sin, "sin", dtype=BF16, shape=(T, half))
+    expect_array(q_out, "q_out", dtype=BF16, shape=(T, Hq, D))
+    expect_array(k_out, "k_out", dtype=BF16, shape=(T, Hk, D))
+    expect_same_device(q, k, cos, sin, q_out, k_out)
+    SOURCE.function("rope_neox_v1_vec8")((grid_rope(T, Hq, Hk, half),), (THREADS,),
+                                         (q, k, cos, sin, q_out, k_out, np.int32(T), np.int32(Hq),
+                                          np.int32(Hk), np.int32(half)))
+    return q_out, k_out
+
+
+VERSIONS = registry(
+    Version("bias_gelu_v1_vec8", "bias_gelu_v1_vec8", bias_gelu,
+            "x + b and erf-GELU in one pass: 16-byte loads of 8 bf16, 2 chunks per thread, fp32 math"),
+    Version("swiglu_v1_vec8", "swiglu_v1_vec8", swiglu,
+            "silu(gate) * up in one pass over both halves of each row, 16-byte chunks"),
+    Version("add_rmsnorm_v1_vec8", "add_rmsnorm_v1_vec8", add_rmsnorm,
+            "residual add, store, sum of squares and scaling in one block per row, the row in registers"),
+    Version("rope_neox_v1_vec8", "rope_neox_v1_vec8", rope,
+            "rotate-half RoPE of q and k in one launch, 8 (d, d + D/2) pairs per work item"),
+)
+
+
+# --- the library route: CuPy ElementwiseKernel / ReductionKernel -------------------------------------
+# The expressions call the scalar helpers of kernels/include/fusion_scalar.cuh (passed as the preamble).
+# CuPy sees the bf16 arrays as uint16 bit patterns (x.view(cupy.uint16)): the conversions are the
+# helpers' shifts and rounding, so the arithmetic is the same as in the hand-written kernels.
+
+CUPY_EXPRESSIONS = {
+    "bias_gelu": "y = float_to_bf16_bits(gelu_erf(bf16_bits_to_float(x) + bf16_bits_to_float(b)))",
+    "swiglu": "y = float_to_bf16_bits(silu(bf16_bits_to_float(g)) * bf16_bits_to_float(u))",
+    "rms_sumsq": "square(add_round_bf16(x, r))",
+    "rms_apply": ("float h = add_round_bf16(x, r); ro = float_to_bf16_bits(h); "
+                  "y = float_to_bf16_bits(h * rsqrtf(ss * inv_d + eps) * bf16_bits_to_float(w))"),
+    "rope": ("const int D = 2 * half; const int d = (int)(i % D); const long long t = i / ((long long)H * D); "
+             "const int j = d < half ? d : d - half; "
+             "const float c = bf16_bits_to_float(cs[t * half + j]), s = bf16_bits_to_float(sn[t * half + j]); "
+             "const float p = d < half ? -bf16_bits_to_float(x[i + half]) : bf16_bits_to_float(x[i - half]); "
+             "y = float_to_bf16_bits(bf16_bits_to_float(x[i]) * c + p * s)"),
+}
+
+
+def cupy_preamble() -> str:
+    """The scalar helpers, as CuPy's preamble (the header without its include guard)."""
+    text = (INCLUDE / "fusion_scalar.cuh").read_text()
+    return "\n".join(line for line in text.splitlines() if not line.strip().startswith("#pragma once"))
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy_kernels():
+    import cupy
+    pre = cupy_preamble()
+    ek = cupy.ElementwiseKernel
+    return {
+        "bias_gelu": ek("uint16 x, uint16 b", "uint16 y", CUPY_EXPRESSIONS["bias_gelu"],
+                        "book_bias_gelu", preamble=pre),
+        "swiglu": ek("uint16 g, uint16 u", "uint16 y", CUPY_EXPRESSIONS["swiglu"], "book_swiglu", preamble=pre),
+        "rms_sumsq": cupy.ReductionKernel("uint16 x, uint16 r", "float32 ss", CUPY_EXPRESSIONS["rms_sumsq"],
+                                          "a + b", "ss = a", "0", "book_rms_sumsq", reduce_type="float32",
+                                          preamble=pre),
+        "rms_apply": ek("uint16 x, uint16 r, float32 ss, uint16 w, float32 inv_d, float32 eps",
+                        "uint16 ro, uint16 y", CUPY_EXPRESSIONS["rms_apply"], "book_rms_apply", preamble=pre),
+        "rope": ek("raw uint16 x, raw uint16 cs, raw uint16 sn, int32 H, int32 half", "uint16 y",
+                   CUPY_EXPRESSIONS["rope"], "book_rope", preamble=pre),
+    }
+
+
+def _u16(a):
+    import cupy
+    return a.view(cupy.uint16)
+
+
+def cupy_bias_gelu(x, b, y):
+    """One ElementwiseKernel: b broadcast over the rows."""
+    _cupy_kernels()["bias_gelu"](_u16(x), _u16(b), _u16(y))
+    return y
+
+
+def cupy_swiglu(x, y):
+    """One ElementwiseKernel over the two halves, passed as strided views of x."""
+    H = x.shape[1] // 2
+    xv = _u16(x)
+    _cupy_kernels()["swiglu"](xv[:, :H], xv[:, H:], _u16(y))
+    return y
+
+
+def cupy_add_rmsnorm(x, residual, w, residual_out, y, ss, eps: float = EPS):
+    """Two kernels: a ReductionKernel for the row sums of squares (into ss [rows] fp32), then an
+    ElementwiseKernel that re-reads x and residual and writes both outputs."""
+    k = _cupy_kernels()
+    xv, rv = _u16(x), _u16(residual)
+    k["rms_sumsq"](xv, rv, axis=1, out=ss)
+    k["rms_apply"](xv, rv, ss[:, None], _u16(w), np.float32(1.0 / x.shape[1]), np.float32(eps),
+                   _u16(residual_out), _u16(y))
+    return residual_out, y
+
+
+def cupy_rope(q, k, cos, sin, q_out, k_out):
+    """One ElementwiseKernel per tensor: each element reads its partner through a raw argument."""
+    kern = _cupy_kernels()["rope"]
+    half = q.shape[2] // 2
+    for x, o in ((q, q_out), (k, k_out)):
+        kern(_u16(x), _u16(cos), _u16(sin), np.int32(x.shape[1]), np.int32(half), _u16(o))
+    return q_out, k_out
+
+
+CUPY_ROUTE = {"bias_gelu": cupy_bias_gelu, "swiglu": cupy_swiglu, "add_rmsnorm": cupy_add_rmsnorm,
+              "rope": cupy_rope}

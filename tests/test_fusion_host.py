@@ -1,0 +1,321 @@
+"""Chapter 8 host side on a CPU: byte ledgers, references, launch geometry, launcher validation, and the
+index maps of every fused kernel (16-byte and scalar paths) replayed in NumPy, thread by thread."""
+import math
+
+import numpy as np
+import pytest
+
+from kernels import fusion as F
+from tests.test_build_show_ops import FakeDeviceArray
+
+BF = F.BF16
+
+
+def bf16(a):
+    return np.asarray(a, np.float32).astype(BF)
+
+
+def rnd(v):
+    """fp32 -> bf16 -> fp32, as the kernels' final rounding."""
+    return np.float32(v).astype(BF).astype(np.float32) if np.isscalar(v) else \
+        np.asarray(v, np.float32).astype(BF).astype(np.float32)
+
+
+# --- ledgers ------------------------------------------------------------------------------------------
+
+def test_ledgers_predict_the_textbook_ratios():
+    lg = F.ledger_bias_gelu(8192, 4096)
+    assert F.predicted_speedup(lg) == pytest.approx(2.0, rel=1e-3)
+    assert lg["fused"] == 2 * 2 * 8192 * 4096 + 2 * 4096
+    assert F.predicted_speedup(F.ledger_swiglu(8192, 11008)) == pytest.approx(5 / 3)
+    rms = F.ledger_add_rmsnorm(8192, 4096)
+    assert F.predicted_speedup(rms) == pytest.approx(42 / 8, rel=1e-2)
+    assert F.predicted_speedup(F.ledger_add_rms_norm_op(8192, 4096)) == pytest.approx(10 / 8, rel=1e-3)
+    rope = F.ledger_rope(8192, 32, 32, 128)
+    assert F.predicted_speedup(rope) == pytest.approx(5.0, rel=2e-2)
+    assert F.chain_bytes(rope) == sum(r + w for _, r, w in rope["chain"])
+
+
+# --- references ---------------------------------------------------------------------------------------
+
+def test_reference_bias_gelu_known_values():
+    x = bf16([[0.0, 1.0, -1.0, 8.0]])
+    b = bf16([0.0, 0.0, 0.0, 0.0])
+    r = F.reference_bias_gelu(x, b)
+    assert r[0, 0] == 0.0 and r[0, 3] == pytest.approx(8.0)
+    assert r[0, 1] == pytest.approx(0.8413447460685429) and r[0, 2] == pytest.approx(-0.15865525393145707)
+
+
+def test_reference_swiglu_and_rope_identities(rng):
+    x = bf16(rng.standard_normal((3, 10)))
+    g, u = x[:, :5].astype(np.float64), x[:, 5:].astype(np.float64)
+    assert np.allclose(F.reference_swiglu(x), g * u / (1 + np.exp(-g)))
+    q = bf16(rng.standard_normal((4, 2, 6)))
+    cos, sin = F.rope_tables(4, 3)
+    out = F.reference_rope(q, cos, sin)
+    assert np.allclose(out[0], q[0].astype(np.float64))        # position 0: the identity
+    # a rotation keeps the norm of every (d, d + D/2) pair, up to the tables' bf16 rounding
+    n_in = np.linalg.norm(q.astype(np.float64).reshape(4, 2, 2, 3), axis=2)
+    n_out = np.linalg.norm(out.reshape(4, 2, 2, 3), axis=2)
+    assert np.allclose(n_in, n_out, rtol=1e-2)
+
+
+def test_reference_add_rmsnorm_rounds_h_and_normalizes(rng):
+    x, r = bf16(rng.standard_normal((5, 24))), bf16(rng.standard_normal((5, 24)))
+    w = bf16(np.ones(24))
+    h, y = F.reference_add_rmsnorm(x, r, w, eps=0.0)
+    assert np.array_equal(h, (x.astype(np.float32) + r.astype(np.float32)).astype(BF).astype(np.float64))
+    assert np.allclose((y * y).mean(axis=1), 1.0)
+
+
+# --- geometry -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 37, 4095, 4096, 4097, 8192 * 4096])
+def test_elementwise_grid_covers(n):
+    g = F.grid_elementwise(n)
+    assert g * F.THREADS * F.UNROLL * 8 >= n > (g - 1) * F.THREADS * F.UNROLL * 8
+
+
+@pytest.mark.parametrize("D,block", [(1, 32), (16, 32), (512, 32), (513, 64), (4096, 256), (4095, 256),
+                                     (8192, 512), (16384, 1024)])
+def test_rmsnorm_block(D, block):
+    assert F.rmsnorm_block(D) == block
+    assert D <= 8 * F.RMS_MAX_CHUNKS * block
+
+
+# --- the kernels' index maps replayed in NumPy ---------------------------------------------------------
+
+def sim_bias_gelu(x, b):
+    rows, cols = x.shape
+    n = rows * cols
+    xf, bfl = x.astype(np.float32).ravel(), b.astype(np.float32)
+    y = np.full(n, np.nan, np.float32)
+    written = np.zeros(n, int)
+    gelu = lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2)))  # noqa: E731
+    for blk in range(F.grid_elementwise(n)):
+        for t in range(F.THREADS):
+            if cols % 8 == 0:
+                nv, cv = n // 8, cols // 8
+                for u in range(F.UNROLL):
+                    i = blk * F.THREADS * F.UNROLL + t + u * F.THREADS
+                    if i < nv:
+                        bc = i % cv
+                        for e in range(8):
+                            y[8 * i + e] = gelu(xf[8 * i + e] + bfl[8 * bc + e])
+                            written[8 * i + e] += 1
+            else:
+                for k in range(F.UNROLL * 8):
+                    i = blk * F.THREADS * F.UNROLL * 8 + t + k * F.THREADS
+                    if i < n:
+                        y[i] = gelu(xf[i] + bfl[i % cols])
+                        written[i] += 1
+    assert (written == 1).all()
+    return y.reshape(rows, cols)
+
+
+def sim_swiglu(x):
+    rows, two_h = x.shape
+    H = two_h // 2
+    n = rows * H
+    xf = x.astype(np.float32).ravel()
+    y = np.full(n, np.nan, np.float32)
+    written = np.zeros(n, int)
+    silu = lambda v: v / (1 + math.exp(-v))  # noqa: E731
+    for blk in range(F.grid_elementwise(n)):
+        for t in range(F.THREADS):
+            if H % 8 == 0:
+                hv, nv = H // 8, n // 8
+                for u in range(F.UNROLL):
+                    i = blk * F.THREADS * F.UNROLL + t + u * F.THREADS
+                    if i < nv:
+                        r, c = i // hv, i % hv
+                        g0, u0 = 8 * (2 * r * hv + c), 8 * (2 * r * hv + hv + c)
+                        for e in range(8):
+                            y[8 * i + e] = silu(xf[g0 + e]) * xf[u0 + e]
+                            written[8 * i + e] += 1
+            else:
+                for k in range(F.UNROLL * 8):
+                    i = blk * F.THREADS * F.UNROLL * 8 + t + k * F.THREADS
+                    if i < n:
+                        r, c = i // H, i % H
+                        y[i] = silu(xf[2 * r * H + c]) * xf[2 * r * H + H + c]
+                        written[i] += 1
+    assert (written == 1).all()
+    return y.reshape(rows, H)
+
+
+def sim_add_rmsnorm(x, res, w, eps):
+    rows, D = x.shape
+    B = F.rmsnorm_block(D)
+    xf, rf, wf = x.astype(np.float32), res.astype(np.float32), w.astype(np.float32)
+    ro = np.full((rows, D), np.nan, np.float32)
+    y = np.full((rows, D), np.nan, np.float32)
+    for row in range(rows):
+        owned = {}                       # thread -> list of element indices it holds in registers
+        for t in range(B):
+            if D % 8 == 0:
+                cols = [8 * c + e for k in range(F.RMS_MAX_CHUNKS) for c in [t + k * B] if c < D // 8
+                        for e in range(8)]
+            else:
+                cols = [c for k in range(8 * F.RMS_MAX_CHUNKS) for c in [t + k * B] if c < D]
+            owned[t] = cols
+        allc = sorted(c for cs in owned.values() for c in cs)
+        assert allc == list(range(D))    # every element owned by exactly one thread
+        h = rnd(xf[row] + rf[row])
+        ro[row] = h
+        rstd = 1 / math.sqrt(float(np.sum(h.astype(np.float64) ** 2)) / D + eps)
+        y[row] = h * rstd * wf
+    return ro, y
+
+
+def sim_rope(q, k, cos, sin):
+    T, Hq, D = q.shape
+    Hk, half = k.shape[1], D // 2
+    vec = 8 if half % 8 == 0 else 1
+    nj, slots = half // vec, Hq + Hk
+    items = T * slots * nj
+    assert items == F.rope_items(T, Hq, Hk, half)
+    qf, kf = q.astype(np.float32).ravel(), k.astype(np.float32).ravel()
+    cf, sf = cos.astype(np.float32).ravel(), sin.astype(np.float32).ravel()
+    qo, ko = np.full(qf.size, np.nan, np.float32), np.full(kf.size, np.nan, np.float32)
+    wq, wk = np.zeros(qf.size, int), np.zeros(kf.size, int)
+    for blk in range(F.grid_rope(T, Hq, Hk, half)):
+        for t in range(F.THREADS):
+            for u in range(F.UNROLL):
+                it = blk * F.THREADS * F.UNROLL + t + u * F.THREADS
+                if it >= items:
+                    continue
+                j, ts = it % nj, it // nj
+                s, tok = ts % slots, ts // slots
+                isq = s < Hq
+                off = ((tok * Hq + s) if isq else (tok * Hk + s - Hq)) * D + vec * j
+                src, dst, wr = (qf, qo, wq) if isq else (kf, ko, wk)
+                for e in range(vec):
+                    a, b = src[off + e], src[off + half + e]
+                    c, sn = cf[tok * half + vec * j + e], sf[tok * half + vec * j + e]
+                    dst[off + e] = a * c - b * sn
+                    dst[off + half + e] = b * c + a * sn
+                    wr[off + e] += 1
+                    wr[off + half + e] += 1
+    assert (wq == 1).all() and (wk == 1).all()
+    return qo.reshape(q.shape), ko.reshape(k.shape)
+
+
+def rel(a, b):
+    return np.linalg.norm(np.asarray(a, np.float64) - b) / np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("shape", [(1, 8), (37, 24), (3, 4104), (2, 13), (5, 3), (1, 1)])
+def test_bias_gelu_index_map(shape, rng):
+    x, b = bf16(rng.standard_normal(shape)), bf16(rng.standard_normal(shape[1]))
+    assert rel(rnd(sim_bias_gelu(x, b)), F.reference_bias_gelu(x, b)) < 1e-2
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (37, 48), (3, 2 * 2056), (2, 26), (5, 2)])
+def test_swiglu_index_map(shape, rng):
+    x = bf16(rng.standard_normal(shape))
+    assert rel(rnd(sim_swiglu(x)), F.reference_swiglu(x)) < 1e-2
+
+
+@pytest.mark.parametrize("shape", [(1, 8), (37, 64), (3, 4096), (2, 13), (4, 4100), (2, 520)])
+def test_add_rmsnorm_index_map(shape, rng):
+    x, r = bf16(rng.standard_normal(shape)), bf16(rng.standard_normal(shape))
+    w = bf16(rng.standard_normal(shape[1]))
+    ro, y = sim_add_rmsnorm(x, r, w, F.EPS)
+    h, ref = F.reference_add_rmsnorm(x, r, w)
+    assert np.array_equal(ro, h)
+    assert rel(rnd(y), ref) < 1e-2
+
+
+@pytest.mark.parametrize("T,Hq,Hk,D", [(1, 1, 1, 16), (37, 3, 1, 32), (5, 2, 2, 6), (3, 1, 2, 20), (2, 4, 4, 128)])
+def test_rope_index_map(T, Hq, Hk, D, rng):
+    q, k = bf16(rng.standard_normal((T, Hq, D))), bf16(rng.standard_normal((T, Hk, D)))
+    cos, sin = F.rope_tables(T, D // 2)
+    qo, ko = sim_rope(q, k, cos, sin)
+    assert rel(rnd(qo), F.reference_rope(q, cos, sin)) < 1e-2
+    assert rel(rnd(ko), F.reference_rope(k, cos, sin)) < 1e-2
+
+
+# --- registry, snippets, CuPy route -----------------------------------------------------------------
+
+def test_versions_and_snippets():
+    from utils.show import snippets
+    names = snippets(F.SOURCE.path.read_text())
+    for label, v in F.VERSIONS.items():
+        assert v.kernel == label
+        op, ver = label.split("_v1")[0], "v1"
+        key = {"bias_gelu": "bias_gelu_v1", "swiglu": "swiglu_v1", "add_rmsnorm": "add_rmsnorm_v1",
+               "rope_neox": "rope_neox_v1"}[op]
+        assert key in names and ver in key
+    assert "fusion_vec8" in names
+
+
+def test_cupy_preamble_and_expressions():
+    pre = F.cupy_preamble()
+    assert "#pragma once" not in pre and "#include" not in pre
+    for helper in ("bf16_bits_to_float", "float_to_bf16_bits", "gelu_erf", "silu", "add_round_bf16", "square"):
+        assert helper in pre
+    for expr in F.CUPY_EXPRESSIONS.values():
+        compile_check = expr.count("(") == expr.count(")")
+        assert compile_check
+
+
+def test_kernel_constants_match_the_source():
+    src = F.SOURCE.path.read_text()
+    assert f"#define FUSE_THREADS {F.THREADS}" in src
+    assert f"#define FUSE_UNROLL {F.UNROLL}" in src
+    assert f"#define RMS_MAX_CHUNKS {F.RMS_MAX_CHUNKS}" in src
+
+
+# --- launcher validation ------------------------------------------------------------------------------
+
+def fa(shape, dtype=BF, **kw):
+    return FakeDeviceArray(shape, dtype, **kw)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((np.zeros((4, 8), np.float32), fa((8,)), fa((4, 8))), "expected a CUDA device array"),
+    ((fa((4, 8), np.float32), fa((8,)), fa((4, 8))), "expected dtype bfloat16"),
+    ((fa((32,)), fa((8,)), fa((4, 8))), "expected 2 dimensions"),
+    ((fa((0, 8)), fa((8,)), fa((0, 8))), "at least one row"),
+    ((fa((4, 8)), fa((9,)), fa((4, 8))), r"b: expected shape \(8\)"),
+    ((fa((4, 8)), fa((8,)), fa((8, 4))), r"y: expected shape \(4, 8\)"),
+    ((fa((4, 8), strides=(2, 8)), fa((8,)), fa((4, 8))), "C-contiguous"),
+    ((fa((4, 8)), fa((8,), ptr=0x10002), fa((4, 8))), "aligned"),
+    ((fa((65536, 32768)), fa((32768,)), fa((65536, 32768))), "int32"),
+])
+def test_bias_gelu_rejects(args, msg):
+    with pytest.raises(ValueError, match=msg):
+        F.bias_gelu(*args)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((fa((4, 7)), fa((4, 3))), "even last dimension"),
+    ((fa((4, 8)), fa((4, 8))), r"y: expected shape \(4, 4\)"),
+    ((fa((4, 8), np.float16), fa((4, 4))), "dtype bfloat16"),
+])
+def test_swiglu_rejects(args, msg):
+    with pytest.raises(ValueError, match=msg):
+        F.swiglu(*args)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((fa((4, 8)), fa((4, 9)), fa((8,)), fa((4, 8)), fa((4, 8))), r"residual: expected shape \(4, 8\)"),
+    ((fa((4, 8)), fa((4, 8)), fa((4,)), fa((4, 8)), fa((4, 8))), r"w: expected shape \(8\)"),
+    ((fa((4, 8)), fa((4, 8)), fa((8,)), fa((4, 8)), fa((8, 4))), r"y: expected shape \(4, 8\)"),
+    ((fa((2, 16392)), fa((2, 16392)), fa((16392,)), fa((2, 16392)), fa((2, 16392))), "at most 16384"),
+])
+def test_add_rmsnorm_rejects(args, msg):
+    with pytest.raises(ValueError, match=msg):
+        F.add_rmsnorm(*args)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((fa((4, 2, 7)), fa((4, 2, 7)), fa((4, 3)), fa((4, 3)), fa((4, 2, 7)), fa((4, 2, 7))), "even head size"),
+    ((fa((4, 2, 8)), fa((5, 2, 8)), fa((4, 4)), fa((4, 4)), fa((4, 2, 8)), fa((5, 2, 8))), r"k: expected shape \(4, \*, 8\)"),
+    ((fa((4, 2, 8)), fa((4, 1, 8)), fa((4, 8)), fa((4, 4)), fa((4, 2, 8)), fa((4, 1, 8))), r"cos: expected shape \(4, 4\)"),
+    ((fa((4, 2, 8)), fa((4, 1, 8)), fa((4, 4)), fa((4, 4)), fa((4, 2, 8)), fa((4, 2, 8))), r"k_out: expected shape \(4, 1, 8\)"),
+])
+def test_rope_rejects(args, msg):
+    with pytest.raises(ValueError, match=msg):
+        F.rope(*args)
