@@ -1,0 +1,253 @@
+// layernorm.cu: LayerNorm and RMSNorm forward over the last dimension of a rows x N matrix,
+// C-contiguous, fp32 or bf16 in and out, fp32 arithmetic inside.
+//   LayerNorm: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps),  var = mean of (x - mean)^2
+//   RMSNorm:   y = x * rstd * w,               rstd = 1 / sqrt(mean of x^2 + eps)
+// Every x is read once and every y written once (plus w, b once), so the bar is the device-to-device
+// copy of the same bytes. Versions, each against the one before:
+//
+//   layernorm_v0_naive      one block of 256 threads per row; sum and sum of squares in one sweep,
+//                           var = E[x^2] - E[x]^2 (cancels catastrophically for a large mean), then a
+//                           second sweep re-reads x to normalize
+//   layernorm_v1_twopass    the row held in registers (ITEMS values per thread; a warp per row for
+//                           short rows, a block per row for long ones, a cluster of 8 blocks per row
+//                           for the longest): mean first, then the sum of squared deviations from the
+//                           registers; x is read from memory once; two reductions per row
+//   layernorm_v2_welford    v1 with the statistics as Welford states: each thread updates (n, mean,
+//                           M2) value by value, warps, blocks and clusters merge states (Chan): one
+//                           reduction per row
+//   layernorm_v3_vec16      v2 with 16-byte loads and stores (4 fp32 or 8 bf16 per access)
+//
+//   rmsnorm_v0_naive        one block of 256 threads per row, sum of squares, x re-read to normalize
+//   rmsnorm_v1_registers    the row held in registers as in layernorm_v1: one read, one reduction
+//   rmsnorm_v2_vec16        v1 with 16-byte loads and stores
+//
+// Template parameters of v1-v3: T (float or __nv_bfloat16), VEC (values per access: 1, or 16 bytes'
+// worth), TPR (threads per row: 32 = a warp per row, else the whole block), THREADS (block size),
+// ITEMS (values per thread, ITEMS % VEC == 0), CLUSTER (blocks per row; 1 or 8). A rank of the
+// cluster covers a contiguous slice of TPR * ITEMS values of the row.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include "common.cuh"
+#include "welford.cuh"
+
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// VEC values of T as one aligned access: 16 bytes for (float, 4) and (bf16, 8), one value for VEC 1.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+    T v[VEC];
+};
+
+// Sum over the threads of one row (a warp, a block, or a cluster of blocks). `red` is a private
+// [33] float buffer in shared memory for this one reduction (a second reduction needs another).
+template <int TPR, int CLUSTER>
+__device__ __forceinline__ float row_sum(float v, float* red) {
+    v = warp_sum(v);
+    const int lane = threadIdx.x & 31;
+    if constexpr (TPR > 32) {
+        if (lane == 0) red[threadIdx.x >> 5] = v;
+        __syncthreads();
+        v = warp_sum(lane < TPR / 32 ? red[lane] : 0.f);
+    }
+    if constexpr (CLUSTER > 1) {
+        cg::cluster_group cluster = cg::this_cluster();
+        if (threadIdx.x == 0) red[32] = v;
+        cluster.sync();
+        v = warp_sum(lane < CLUSTER ? *cluster.map_shared_rank(&red[32], lane) : 0.f);
+    }
+    return v;
+}
+
+template <int TPR, int CLUSTER>
+__device__ __forceinline__ Welford row_welford(Welford s, Welford* red /* [33] in smem */) {
+    if constexpr (TPR > 32) s = block_welford<TPR / 32>(s, red);
+    else s = warp_welford(s);
+    if constexpr (CLUSTER > 1) s = cluster_welford<CLUSTER>(s, &red[32]);
+    return s;
+}
+
+// [[snippet: layernorm_v0]]
+// One block of 256 threads per row. Sweep 1 accumulates sum x and sum x^2 (strided, coalesced);
+// var = E[x^2] - E[x]^2 in fp32. Sweep 2 reads x again (from L2 if the row is still there).
+template <typename T>
+__device__ __forceinline__ void naive_row(const T* __restrict__ x, const T* __restrict__ w,
+                                          const T* __restrict__ b, T* __restrict__ y, int n, float eps,
+                                          bool rms) {
+    __shared__ float red[2][33];
+    const size_t base = (size_t)blockIdx.x * n;
+    float s = 0.f, ss = 0.f;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+        const float v = to_f32(x[base + c]);
+        s += v;
+        ss += v * v;
+    }
+    s = row_sum<256, 1>(s, red[0]);
+    ss = row_sum<256, 1>(ss, red[1]);
+    const float mean = rms ? 0.f : s / n;
+    const float var = rms ? ss / n : fmaxf(ss / n - mean * mean, 0.f);   // the cancellation
+    const float rstd = rsqrtf(var + eps);
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+        const float v = (to_f32(x[base + c]) - mean) * rstd * to_f32(w[c]);
+        y[base + c] = from_f32<T>(rms ? v : v + to_f32(b[c]));
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) layernorm_v0_naive(const T* __restrict__ x, const T* __restrict__ w,
+                                                          const T* __restrict__ b, T* __restrict__ y,
+                                                          int rows, int n, float eps) {
+    naive_row<T>(x, w, b, y, n, eps, false);
+}
+// [[/snippet]]
+
+// [[snippet: rmsnorm_v0]]
+template <typename T>
+__global__ void __launch_bounds__(256) rmsnorm_v0_naive(const T* __restrict__ x, const T* __restrict__ w,
+                                                        T* __restrict__ y, int rows, int n, float eps) {
+    naive_row<T>(x, w, nullptr, y, n, eps, true);
+}
+// [[/snippet]]
+
+// [[snippet: norm_rows]]
+enum Stats { TWOPASS = 0, WELFORD = 1, RMS = 2 };
+
+// One row per TPR threads; the row's values live in v[ITEMS] (fp32) between the read and the write.
+// Thread t of the row, rank r of the cluster, access j covers columns
+//   col(j) = r * TPR * ITEMS + (j * TPR + t) * VEC + [0, VEC)
+// so a warp's accesses are contiguous (coalesced) and a thread's valid columns are a prefix of j.
+template <int STATS, typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __restrict__ w,
+                                          const T* __restrict__ b, T* __restrict__ y, int rows, int n,
+                                          float eps) {
+    static_assert(ITEMS % VEC == 0, "ITEMS must be a multiple of VEC");
+    static_assert(TPR == 32 || TPR == THREADS, "a warp per row, or the whole block per row");
+    static_assert(CLUSTER == 1 || TPR == THREADS, "a cluster splits one row over its blocks");
+    constexpr int NV = ITEMS / VEC;
+    constexpr int ROWS_PER_BLOCK = THREADS / TPR;
+    __shared__ float red_f[2][33];       // two sums (mean, then deviations) for TWOPASS / one for RMS
+    __shared__ Welford red_w[33];        // warp states [32] + the block's state for the cluster [1]
+    const int t = threadIdx.x % TPR;
+    const int rank = CLUSTER > 1 ? (int)cg::this_cluster().block_rank() : 0;
+    const int row = (blockIdx.x / CLUSTER) * ROWS_PER_BLOCK + threadIdx.x / TPR;
+    if (row >= rows) return;             // whole warps only: blocks and clusters never take this path
+    const size_t base = (size_t)row * n;
+    const int col0 = rank * TPR * ITEMS + t * VEC;
+
+    float v[ITEMS];                      // [NV, VEC] values of this thread, fp32
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = col0 + j * TPR * VEC;
+        Pack<T, VEC> p;
+        if (col < n) p = *reinterpret_cast<const Pack<T, VEC>*>(x + base + col);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) v[j * VEC + k] = col < n ? to_f32(p.v[k]) : 0.f;
+    }
+
+    float mean = 0.f, rstd;
+    if constexpr (STATS == TWOPASS) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) s += v[i];              // invalid slots hold 0
+        mean = row_sum<TPR, CLUSTER>(s, red_f[0]) / n;
+        float d2 = 0.f;
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+            if (col0 + j * TPR * VEC < n) {
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    const float d = v[j * VEC + k] - mean;
+                    d2 = fmaf(d, d, d2);
+                }
+            }
+        }
+        rstd = rsqrtf(row_sum<TPR, CLUSTER>(d2, red_f[1]) / n + eps);
+    } else if constexpr (STATS == WELFORD) {
+        Welford s{0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+            if (col0 + j * TPR * VEC < n) {      // valid accesses are a prefix of j, so the count
+#pragma unroll                               // after value i is i + 1 and 1 / n is a constant
+                for (int k = 0; k < VEC; ++k) welford_push(s, v[j * VEC + k], 1.f / (j * VEC + k + 1));
+            }
+        }
+        s = row_welford<TPR, CLUSTER>(s, red_w);
+        mean = s.mean;
+        rstd = rsqrtf(s.m2 / s.n + eps);
+    } else {
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) ss = fmaf(v[i], v[i], ss);
+        rstd = rsqrtf(row_sum<TPR, CLUSTER>(ss, red_f[0]) / n + eps);
+    }
+
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = col0 + j * TPR * VEC;
+        if (col < n) {
+            const Pack<T, VEC> pw = *reinterpret_cast<const Pack<T, VEC>*>(w + col);
+            Pack<T, VEC> pb, out;
+            if constexpr (STATS != RMS) pb = *reinterpret_cast<const Pack<T, VEC>*>(b + col);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                float o = (v[j * VEC + k] - mean) * rstd * to_f32(pw.v[k]);
+                if constexpr (STATS != RMS) o += to_f32(pb.v[k]);
+                out.v[k] = from_f32<T>(o);
+            }
+            *reinterpret_cast<Pack<T, VEC>*>(y + base + col) = out;
+        }
+    }
+    if constexpr (CLUSTER > 1) cg::this_cluster().sync();   // keep our smem alive for the others' reads
+}
+// [[/snippet]]
+
+// The versions: the same row machinery with different statistics and access widths. The cluster
+// shape is declared on the kernel (CLUSTER = 1: a cluster of one block, an ordinary launch).
+#define NORM_ARGS const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, \
+                  T* __restrict__ y, int rows, int n, float eps
+#define RMS_ARGS const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int rows, int n, float eps
+#define NORM_TEMPLATE template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+// Registers: the 16-byte versions aim at 1024 threads per SM (64 registers each) for ITEMS <= 32;
+// the scalar versions, with one load per value, keep the row in up to 128 registers (a block of 512
+// per SM), as does every 64-value layout.
+#define NORM_ATTRS_SCALAR __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)
+#define NORM_ATTRS_VEC16 __global__ void __launch_bounds__(THREADS, ITEMS >= 64 ? 1 : 1024 / THREADS) \
+                         __cluster_dims__(CLUSTER, 1, 1)
+
+// [[snippet: layernorm_v1]]
+NORM_TEMPLATE NORM_ATTRS_SCALAR layernorm_v1_twopass(NORM_ARGS) {
+    norm_rows<TWOPASS, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// [[snippet: layernorm_v2]]
+NORM_TEMPLATE NORM_ATTRS_SCALAR layernorm_v2_welford(NORM_ARGS) {
+    norm_rows<WELFORD, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// [[snippet: layernorm_v3]]
+// Launched with VEC = 16 / sizeof(T): one 16-byte load or store moves 4 fp32 or 8 bf16 values.
+NORM_TEMPLATE NORM_ATTRS_VEC16 layernorm_v3_vec16(NORM_ARGS) {
+    static_assert(VEC * sizeof(T) == 16, "v3 moves 16 bytes per access");
+    norm_rows<WELFORD, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// [[snippet: rmsnorm_v1]]
+NORM_TEMPLATE NORM_ATTRS_SCALAR rmsnorm_v1_registers(RMS_ARGS) {
+    norm_rows<RMS, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// [[snippet: rmsnorm_v2]]
+NORM_TEMPLATE NORM_ATTRS_VEC16 rmsnorm_v2_vec16(RMS_ARGS) {
+    static_assert(VEC * sizeof(T) == 16, "v2 moves 16 bytes per access");
+    norm_rows<RMS, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
+}
+// [[/snippet]]

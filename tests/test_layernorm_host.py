@@ -1,0 +1,223 @@
+"""Chapter 7 host side on a CPU: references, the float32 numerics (cancellation, two-pass, Welford and
+Chan's merge), the cost model, the row layouts and the kernels' index map simulated in NumPy, the
+dispatcher, and the launchers' ValueErrors."""
+import numpy as np
+import pytest
+
+from kernels import layernorm as L
+from tests.test_build_show_ops import FakeDeviceArray
+
+
+# --- references ------------------------------------------------------------------------------------
+
+def test_references_normalize_rows(rng):
+    x = rng.standard_normal((5, 37)).astype(np.float32) * 3 + 2
+    w, b = np.ones(37, np.float32), np.zeros(37, np.float32)
+    y = L.layer_norm_ref(x, w, b, eps=0.0)
+    assert np.allclose(y.mean(-1), 0, atol=1e-12) and np.allclose(y.var(-1), 1, atol=1e-10)
+    r = L.rms_norm_ref(x, w, eps=0.0)
+    assert np.allclose((r ** 2).mean(-1), 1, atol=1e-10)
+    w2 = rng.standard_normal(37).astype(np.float32)
+    assert np.allclose(L.rms_norm_ref(x, w2), L.rms_norm_ref(x, w) * w2)
+
+
+# --- numerics in float32 ---------------------------------------------------------------------------
+
+def test_naive_variance_cancels_for_a_large_mean(rng):
+    x = (1e4 + rng.standard_normal(2048)).astype(np.float32)
+    true = float(np.var(x.astype(np.float64)))
+    assert abs(L.var_naive(x) - true) > 0.5 * true          # wrong in the leading digit (or worse)
+    assert abs(L.var_twopass(x) - true) < 1e-2 * true
+    n, mean, m2 = L.welford_state(x)
+    assert n == 2048 and abs(m2 / n - true) < 1e-2 * true
+
+
+def test_naive_variance_is_fine_for_centered_data(rng):
+    x = rng.standard_normal(2048).astype(np.float32)
+    true = float(np.var(x.astype(np.float64)))
+    assert abs(L.var_naive(x) - true) < 1e-4 * true
+
+
+@pytest.mark.parametrize("parts", [1, 2, 7, 32])
+def test_chan_merge_matches_the_whole(parts, rng):
+    x = (50 + 3 * rng.standard_normal(999)).astype(np.float32)
+    n, mean, m2 = L.welford_tree(x, parts)
+    x64 = x.astype(np.float64)
+    assert n == 999
+    assert abs(mean - x64.mean()) < 1e-4
+    assert abs(m2 / n - x64.var()) < 1e-3 * x64.var()
+
+
+def test_merge_with_an_empty_state_is_the_identity(rng):
+    s = L.welford_state(rng.standard_normal(10).astype(np.float32))
+    empty = (0.0, 0.0, 0.0)
+    assert L.welford_merge(s, empty) == pytest.approx(s)
+    assert L.welford_merge(empty, s) == pytest.approx(s)
+    assert L.welford_merge(empty, empty) == (0.0, 0.0, 0.0)
+
+
+def test_merge_of_two_single_values():
+    n, mean, m2 = L.welford_merge((1, 2.0, 0.0), (1, 4.0, 0.0))
+    assert (n, mean, m2) == (2, 3.0, 2.0)
+
+
+# --- cost model ------------------------------------------------------------------------------------
+
+def test_cost_model_counts_x_y_and_the_weights_once():
+    assert L.nbytes(8192, 1024, 4, "layernorm") == 4 * (2 * 8192 * 1024 + 2 * 1024)
+    assert L.nbytes(128, 262144, 2, "rmsnorm") == 2 * (2 * 128 * 262144 + 262144)
+    assert L.flops(3, 5, "rmsnorm") == 60
+    with pytest.raises(KeyError):
+        L.nbytes(1, 1, 4, "softmax")
+
+
+# --- layouts and the index map ---------------------------------------------------------------------
+
+TARGET_SHAPES = [(8192, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (128, 262144)]
+
+
+def test_layouts_grow_and_hold_the_target_rows():
+    caps = [lay.capacity for lay in L.LAYOUTS]
+    assert caps == sorted(caps) and len(set(caps)) == len(caps)
+    for lay in L.LAYOUTS:
+        assert lay.items % 8 == 0 and lay.threads % lay.tpr == 0 and lay.threads <= 1024
+        assert lay.tpr == 32 or lay.tpr == lay.threads
+        assert lay.cluster in (1, 8) and (lay.cluster == 1 or lay.tpr == lay.threads)
+    for rows, n in TARGET_SHAPES:
+        lay = L.layout_for(n)
+        assert lay.capacity == n                      # the target widths fill their layout exactly
+    assert L.layout_for(1).capacity == 256 and L.layout_for(257).capacity == 1024
+    with pytest.raises(ValueError, match="exceed"):
+        L.layout_for(L.MAX_N + 1)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 37, 199, 8192])
+def test_grid_covers_every_row(rows):
+    for lay in L.LAYOUTS:
+        g = L.grid_of(rows, lay)
+        assert g % lay.cluster == 0
+        assert (g // lay.cluster) * lay.rows_per_block >= rows > (g // lay.cluster - 1) * lay.rows_per_block
+
+
+def simulate_columns(n: int, lay: L.Layout, vec: int) -> np.ndarray:
+    """Columns touched by norm_rows for one row: col = r * TPR * ITEMS + (j * TPR + t) * VEC + k."""
+    r, t, j, k = np.meshgrid(np.arange(lay.cluster), np.arange(lay.tpr), np.arange(lay.items // vec),
+                             np.arange(vec), indexing="ij")
+    col0 = r * lay.tpr * lay.items + t * vec
+    first = col0 + j * lay.tpr * vec               # the access's first column decides validity
+    col = first + k
+    return col[first < n]
+
+
+@pytest.mark.parametrize("vec", [1, 4, 8])
+@pytest.mark.parametrize("n", [1, 8, 37, 199, 256, 1000, 1024, 4096, 4104, 16384, 40000, 65536, 262144])
+def test_index_map_covers_each_column_once(n, vec):
+    if n % vec:
+        pytest.skip("vector versions need n % VEC == 0")
+    lay = L.layout_for(n)
+    cols = simulate_columns(n, lay, vec)
+    assert cols.size == n and np.array_equal(np.sort(cols), np.arange(n))
+
+
+@pytest.mark.parametrize("vec", [1, 4, 8])
+def test_valid_accesses_are_a_prefix_per_thread(vec):
+    # the Welford update's constant 1 / (i + 1) relies on it
+    for n in (37, 1000, 4104, 40000):
+        if n % vec:
+            continue
+        lay = L.layout_for(n)
+        for r in range(lay.cluster):
+            for t in range(lay.tpr):
+                valid = [r * lay.tpr * lay.items + (j * lay.tpr + t) * vec < n for j in range(lay.items // vec)]
+                assert valid == sorted(valid, reverse=True)
+
+
+def test_warp_accesses_are_contiguous():
+    for lay in L.LAYOUTS:
+        for vec in (1, 4, 8):
+            cols = [(0 * lay.tpr + t) * vec for t in range(32)]
+            assert np.array_equal(np.diff(cols), np.full(31, vec))
+
+
+# --- versions, instantiations, dispatcher ------------------------------------------------------------
+
+def test_versions_are_numbered_and_named_after_their_kernels():
+    from utils.show import snippets
+    names = snippets(L.SOURCE.path.read_text())
+    for op, versions in L.VERSIONS.items():
+        labels = list(versions)
+        assert [int(lbl.split("_")[0][1:]) for lbl in labels] == list(range(len(labels)))
+        for lbl, v in versions.items():
+            assert v.kernel == f"{op}_{lbl}"
+            assert f"{op}_{lbl.split('_')[0]}" in names
+
+
+def test_every_launchable_kernel_is_instantiated():
+    exprs = set(L.SOURCE.name_expressions) | set(L.SOURCE_SPILLING.name_expressions)
+    assert not set(L.SOURCE.name_expressions) & set(L.SOURCE_SPILLING.name_expressions)
+    for kernel in L.KERNELS:
+        for dtype in L.DTYPES:
+            for lay in L.LAYOUTS:
+                assert L.name_expression(kernel, dtype, L._vec(kernel, dtype), lay) in exprs
+    assert L.SOURCE_SPILLING.spill_free is False and L.SOURCE.spill_free is True
+
+
+def test_pick():
+    assert L.pick("layernorm", 4096, np.float32) == "v3_vec16"
+    assert L.pick("layernorm", 4098, np.float32) == "v2_welford"
+    assert L.pick("rmsnorm", 1000, np.float32) == "v2_vec16"
+    assert L.pick("rmsnorm", 1004, L._bf16()) == "v1_registers"
+    assert L.pick("layernorm", L.MAX_N + 8, np.float32) == "v0_naive"
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        L.pick("layernorm", 64, np.float64)
+
+
+# --- launcher validation -----------------------------------------------------------------------------
+
+def F(shape, dtype=np.float32, **kw):
+    return FakeDeviceArray(shape, dtype, **kw)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((np.zeros((4, 8), np.float32), F((8,)), F((8,)), F((4, 8))), "expected a CUDA device array"),
+    ((F((4, 8), np.float64), F((8,), np.float64), F((8,), np.float64), F((4, 8), np.float64)), "float32 or bfloat16"),
+    ((F((32,)), F((32,)), F((32,)), F((32,))), "expected 2 dimensions"),
+    ((F((0, 8)), F((8,)), F((8,)), F((0, 8))), "at least one row"),
+    ((F((4, 8)), F((7,)), F((8,)), F((4, 8))), r"w: expected shape \(8\)"),
+    ((F((4, 8)), F((8,)), F((8,), np.float64), F((4, 8))), "b: expected dtype float32"),
+    ((F((4, 8)), F((8,)), F((8,)), F((8, 4))), r"y: expected shape \(4, 8\)"),
+    ((F((4, 8), strides=(4, 16)), F((8,)), F((8,)), F((4, 8))), "C-contiguous"),
+    ((F((4, 8)), F((8,)), F((8,)), F((4, 8), ptr=0x10004)), "aligned"),
+])
+def test_layernorm_launchers_reject_bad_arguments(args, msg):
+    for v in L.LN_VERSIONS.values():
+        with pytest.raises(ValueError, match=msg):
+            v.launch(*args)
+
+
+def test_rmsnorm_launchers_reject_bad_arguments():
+    for v in L.RMS_VERSIONS.values():
+        with pytest.raises(ValueError, match=r"w: expected shape \(8\)"):
+            v.launch(F((4, 8)), F((9,)), F((4, 8)))
+        with pytest.raises(ValueError, match="expected dtype float32"):
+            v.launch(F((4, 8)), F((8,)), F((4, 8), np.float64))
+
+
+def test_vector_versions_need_whole_vectors():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        L.LN_VERSIONS["v3_vec16"].launch(F((4, 10)), F((10,)), F((10,)), F((4, 10)))
+    bf = L._bf16()
+    with pytest.raises(ValueError, match="multiple of 8"):
+        L.RMS_VERSIONS["v2_vec16"].launch(F((4, 12), bf), F((12,), bf), F((4, 12), bf))
+
+
+def test_rows_beyond_the_layouts_are_refused():
+    n = L.MAX_N + 8
+    with pytest.raises(ValueError, match="exceed"):
+        L.LN_VERSIONS["v2_welford"].launch(F((2, n)), F((n,)), F((n,)), F((2, n)))
+    with pytest.raises(ValueError, match="do not fit"):
+        L.LN_VERSIONS["v1_twopass"].launch(F((2, 300)), F((300,)), F((300,)), F((2, 300)), layout=L.LAYOUTS[0])
+    with pytest.raises(ValueError, match="fixed layout"):
+        L.LN_VERSIONS["v0_naive"].launch(F((2, 8)), F((8,)), F((8,)), F((2, 8)), layout=L.LAYOUTS[0])
+    with pytest.raises(ValueError, match="n below 2\\*\\*24"):
+        L.LN_VERSIONS["v0_naive"].launch(F((1, 2**24)), F((2**24,)), F((2**24,)), F((1, 2**24)))
