@@ -1,0 +1,396 @@
+// quant.cu: quantization kernels (chapter 9).
+//
+// INT8 per-channel (symmetric) and FP8 e4m3 (per-tensor scale), quantize and dequantize:
+//   int8_quant_rowwise      one block per output channel (row of W [N, K]): amax, then q = rint(w * 127/amax)
+//   int8_dequant_rowwise    w' = q * scale[n]
+//   fp8_amax                amax of |x| over the whole tensor (grid-stride, atomicMax on the float's bits)
+//   fp8_quant               q = e4m3(x * 448/amax), satfinite, round-to-nearest-even; writes scale = amax/448
+//   fp8_dequant             x' = float(q) * scale
+// INT4 -> bf16/fp16 conversion throughput (each thread converts its 32 nibbles `reps` times):
+//   int4_convert_v0_naive               shift, mask, integer-to-bf16 conversion per nibble
+//   int4_convert_v1_magic               lop3 magic number (128.0 in bf16) for two nibbles at once, prmt back to order
+//   int4_convert_v2_magic_interleaved   v1 on AWQ's interleaved order: the pairs come out in order, no prmt
+//   int4_convert_v3_magic_fp16          fp16 magic (1024.0), interleaved order, one shift per 8 nibbles
+// W4A16 GEMV (batch 1), GPTQ layout: qweight int32 [K/8, N], qzeros int32 [K/128, N/8], scales bf16 [K/128, N]:
+//   w4a16_gemv_v0_naive     32 columns x all K per block, 16-byte weight loads; nibble -> int -> float, fp32 FMA
+//   w4a16_gemv_v1_magic     v0 with the magic-number conversion and bf16x2 math (4 products per fp32 add)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include "common.cuh"
+#include "int4.cuh"
+
+// Block-wide max of non-negative floats for 256 threads; every thread gets the result.
+__device__ __forceinline__ float block_max_256(float v, float* red /* [8] in smem */) {
+    v = warp_max(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = red[threadIdx.x & 7];
+    m = warp_max(m);          // lanes 0..7 hold the 8 warp maxima, repeated; max over all is the same
+    __syncthreads();          // red may be reused by the caller
+    return m;
+}
+
+__device__ __forceinline__ float bf16_lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+
+// [[snippet: int8_quant]]
+// W [N, K] bf16 (nn.Linear layout: row n = output channel n) -> q [N, K] int8, scale [N] fp32.
+// scale[n] = amax_n / 127, q = rint(w * (127 / amax_n)) clamped to [-127, 127] (symmetric, no -128).
+// One block of 256 threads per row; 16-byte loads (8 bf16) when K % 8 == 0, scalar otherwise.
+extern "C" __global__ void __launch_bounds__(256) int8_quant_rowwise(
+    const __nv_bfloat16* __restrict__ w, signed char* __restrict__ q, float* __restrict__ scale, int K) {
+    __shared__ float red[8];
+    const size_t row = blockIdx.x;
+    const __nv_bfloat16* w_n = w + row * K;        // [K] this channel
+    signed char* q_n = q + row * K;
+    const bool vec = (K & 7) == 0;
+    float amax = 0.f;
+    if (vec) {
+        for (int c = threadIdx.x; c < K / 8; c += blockDim.x) {
+            uint4 v = __ldg(reinterpret_cast<const uint4*>(w_n) + c);
+            unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fmaxf(fabsf(bf16_lo(u[j])), fabsf(bf16_hi(u[j]))));
+        }
+    } else {
+        for (int k = threadIdx.x; k < K; k += blockDim.x) amax = fmaxf(amax, fabsf(__bfloat162float(w_n[k])));
+    }
+    amax = block_max_256(amax, red);
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;   // IEEE division, as the reference
+    if (threadIdx.x == 0) scale[row] = amax / 127.f;
+    if (vec) {
+        for (int c = threadIdx.x; c < K / 8; c += blockDim.x) {
+            uint4 v = __ldg(reinterpret_cast<const uint4*>(w_n) + c);   // second read: L1/L2 hit
+            unsigned u[4] = {v.x, v.y, v.z, v.w};
+            unsigned packed[2] = {0u, 0u};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                int a = max(-127, min(127, __float2int_rn(bf16_lo(u[j]) * inv)));
+                int b = max(-127, min(127, __float2int_rn(bf16_hi(u[j]) * inv)));
+                unsigned pair = (unsigned(a) & 0xffu) | ((unsigned(b) & 0xffu) << 8);
+                packed[j >> 1] |= pair << ((j & 1) * 16);
+            }
+            reinterpret_cast<uint2*>(q_n)[c] = make_uint2(packed[0], packed[1]);
+        }
+    } else {
+        for (int k = threadIdx.x; k < K; k += blockDim.x)
+            q_n[k] = (signed char)max(-127, min(127, __float2int_rn(__bfloat162float(w_n[k]) * inv)));
+    }
+}
+
+// q [N, K] int8, scale [N] fp32 -> W' [N, K] bf16 = q * scale[n].
+extern "C" __global__ void __launch_bounds__(256) int8_dequant_rowwise(
+    const signed char* __restrict__ q, const float* __restrict__ scale, __nv_bfloat16* __restrict__ w, int K) {
+    const size_t row = blockIdx.x;
+    const float s = scale[row];
+    const signed char* q_n = q + row * K;
+    __nv_bfloat16* w_n = w + row * K;
+    if ((K & 7) == 0) {
+        for (int c = threadIdx.x; c < K / 8; c += blockDim.x) {
+            uint2 v = __ldg(reinterpret_cast<const uint2*>(q_n) + c);    // 8 int8
+            unsigned u[2] = {v.x, v.y};
+            unsigned o[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                int a = (int)(signed char)((u[j >> 1] >> ((j & 1) * 16)) & 0xff);
+                int b = (int)(signed char)((u[j >> 1] >> ((j & 1) * 16 + 8)) & 0xff);
+                o[j] = bf162_as_u32(__floats2bfloat162_rn(a * s, b * s));
+            }
+            reinterpret_cast<uint4*>(w_n)[c] = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+    } else {
+        for (int k = threadIdx.x; k < K; k += blockDim.x) w_n[k] = __float2bfloat16_rn(q_n[k] * s);
+    }
+}
+// [[/snippet]]
+
+// [[snippet: fp8_quant]]
+// Per-tensor FP8 e4m3: amax over the tensor, then q = e4m3(x * 448 / amax) (448 = e4m3's largest
+// finite value; satfinite, round to nearest even), scale = amax / 448 for the dequantization.
+// amax_bits must be zero before fp8_amax runs; fp8_quant reads it, so no host round trip.
+extern "C" __global__ void __launch_bounds__(256) fp8_amax(
+    const __nv_bfloat16* __restrict__ x, unsigned* __restrict__ amax_bits, long long n) {
+    __shared__ float red[8];
+    float m = 0.f;
+    const long long chunks = n / 8;              // 16-byte chunks of 8 bf16 (x is 16-byte aligned)
+    for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < chunks;
+         c += (long long)gridDim.x * blockDim.x) {
+        uint4 v = __ldg(reinterpret_cast<const uint4*>(x) + c);
+        unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(fabsf(bf16_lo(u[j])), fabsf(bf16_hi(u[j]))));
+    }
+    if (blockIdx.x == 0)                         // the last n % 8 elements
+        for (long long i = chunks * 8 + threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(__bfloat162float(x[i])));
+    m = block_max_256(m, red);
+    // For non-negative floats the order of the bit patterns as unsigned integers is the order of the values.
+    if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(m));
+}
+
+extern "C" __global__ void __launch_bounds__(256) fp8_quant(
+    const __nv_bfloat16* __restrict__ x, const unsigned* __restrict__ amax_bits,
+    unsigned char* __restrict__ q, float* __restrict__ scale, long long n) {
+    const float amax = __uint_as_float(*amax_bits);
+    const float inv = amax > 0.f ? 448.f / amax : 0.f;
+    const long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;    // one chunk of 8 per thread
+    if (c == 0) *scale = amax / 448.f;
+    if (c * 8 + 8 <= n) {
+        uint4 v = __ldcs(reinterpret_cast<const uint4*>(x) + c);
+        float4 a = make_float4(bf16_lo(v.x) * inv, bf16_hi(v.x) * inv, bf16_lo(v.y) * inv, bf16_hi(v.y) * inv);
+        float4 b = make_float4(bf16_lo(v.z) * inv, bf16_hi(v.z) * inv, bf16_lo(v.w) * inv, bf16_hi(v.w) * inv);
+        __nv_fp8x4_e4m3 qa(a), qb(b);            // cvt.rn.satfinite.e4m3x2.f32, two per instruction
+        __stcs(reinterpret_cast<uint2*>(q) + c, make_uint2(qa.__x, qb.__x));
+    } else {
+        for (long long i = c * 8; i < n; ++i) {
+            __nv_fp8_e4m3 v(__bfloat162float(x[i]) * inv);
+            q[i] = v.__x;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fp8_dequant(
+    const unsigned char* __restrict__ q, const float* __restrict__ scale, __nv_bfloat16* __restrict__ x,
+    long long n) {
+    const float s = *scale;
+    const long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (c * 8 + 8 <= n) {
+        uint2 v = __ldcs(reinterpret_cast<const uint2*>(q) + c);
+        __nv_fp8x4_e4m3 qa, qb;
+        qa.__x = v.x;
+        qb.__x = v.y;
+        float4 a = static_cast<float4>(qa), b = static_cast<float4>(qb);
+        uint4 o = make_uint4(bf162_as_u32(__floats2bfloat162_rn(a.x * s, a.y * s)),
+                             bf162_as_u32(__floats2bfloat162_rn(a.z * s, a.w * s)),
+                             bf162_as_u32(__floats2bfloat162_rn(b.x * s, b.y * s)),
+                             bf162_as_u32(__floats2bfloat162_rn(b.z * s, b.w * s)));
+        __stcs(reinterpret_cast<uint4*>(x) + c, o);
+    } else {
+        for (long long i = c * 8; i < n; ++i) {
+            __nv_fp8_e4m3 v;
+            v.__x = q[i];
+            x[i] = __float2bfloat16_rn(static_cast<float>(v) * s);
+        }
+    }
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// INT4 -> bf16 conversion throughput. packed: [n_vec] uint4 (4 words = 32 nibbles per thread);
+// out: [n_vec * 32] bf16 (fp16 for v3) in logical element order; the first conversion is stored
+// (checked), then `reps` more rounds on perturbed words are XOR-folded into a value that is written
+// to `sink` only if it equals a sentinel, which keeps the work alive without touching `out`.
+// ---------------------------------------------------------------------------------------------------
+
+// [[snippet: int4_convert_v0]]
+// Naive: for each nibble, shift, mask, convert the integer to bf16; pack two per word.
+__device__ __forceinline__ void convert_naive(unsigned w, unsigned (&o)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        unsigned a = (w >> (8 * j)) & 0xfu;          // element 2j
+        unsigned b = (w >> (8 * j + 4)) & 0xfu;      // element 2j + 1
+        __nv_bfloat162 p = __halves2bfloat162(__uint2bfloat16_rn(a), __uint2bfloat16_rn(b));
+        o[j] = bf162_as_u32(p);
+    }
+}
+// [[/snippet]]
+
+// [[snippet: int4_convert_v1]]
+// Magic number, sequential (GPTQ) order: the lop3 pairs are (j, j+4); four prmt restore (0,1),(2,3),...
+__device__ __forceinline__ void convert_magic_sequential(unsigned w, unsigned (&o)[4]) {
+    unsigned b[4];
+    int4x8_to_bf16x8_biased(w, b);
+    const __nv_bfloat162 k128 = u32_as_bf162(BF16X2_MAGIC);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = bf162_as_u32(__hsub2(u32_as_bf162(b[j]), k128));   // exact q
+    o[0] = __byte_perm(b[0], b[1], 0x5410);   // (q0, q1): low halves of b0, b1
+    o[1] = __byte_perm(b[2], b[3], 0x5410);   // (q2, q3)
+    o[2] = __byte_perm(b[0], b[1], 0x7632);   // (q4, q5): high halves
+    o[3] = __byte_perm(b[2], b[3], 0x7632);   // (q6, q7)
+}
+// [[/snippet]]
+
+// [[snippet: int4_convert_v2]]
+// Magic number, AWQ's interleaved order: nibble i holds element {0,2,4,6,1,3,5,7}[i], so the lop3
+// pair (i, i+4) is already the element pair (2i, 2i+1). No prmt.
+__device__ __forceinline__ void convert_magic_interleaved(unsigned w, unsigned (&o)[4]) {
+    unsigned b[4];
+    int4x8_to_bf16x8_biased(w, b);
+    const __nv_bfloat162 k128 = u32_as_bf162(BF16X2_MAGIC);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = bf162_as_u32(__hsub2(u32_as_bf162(b[j]), k128));
+}
+// [[/snippet]]
+
+__device__ __forceinline__ void convert_magic_fp16_interleaved(unsigned w, unsigned (&o)[4]) {
+    int4x8_to_fp16x8_magic(w, o);
+}
+
+// [[snippet: int4_convert_bench]]
+#define INT4_CONVERT_KERNEL(NAME, CONVERT)                                                          \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                         \
+        const uint4* __restrict__ packed, uint4* __restrict__ out, unsigned* __restrict__ sink,     \
+        int n_vec, int reps) {                                                                      \
+        const int i = blockIdx.x * blockDim.x + threadIdx.x;                                        \
+        if (i >= n_vec) return;                                                                     \
+        const uint4 p = packed[i];                                                                  \
+        unsigned w[4] = {p.x, p.y, p.z, p.w};                                                       \
+        _Pragma("unroll") for (int j = 0; j < 4; ++j) {      /* the checked conversion */           \
+            unsigned o[4];                                                                          \
+            CONVERT(w[j], o);                                                                       \
+            out[4 * (size_t)i + j] = make_uint4(o[0], o[1], o[2], o[3]);                            \
+        }                                                                                           \
+        unsigned acc[4] = {0u, 0u, 0u, 0u};                                                         \
+        for (int r = 0; r < reps; ++r) {                     /* the timed conversions */            \
+            _Pragma("unroll") for (int j = 0; j < 4; ++j) {                                         \
+                w[j] += 0x9E3779B9u;                         /* new nibbles every round */          \
+                unsigned o[4];                                                                      \
+                CONVERT(w[j], o);                                                                   \
+                acc[j] ^= o[0] ^ o[1] ^ o[2] ^ o[3];                                                \
+            }                                                                                       \
+        }                                                                                           \
+        const unsigned all = acc[0] ^ acc[1] ^ acc[2] ^ acc[3];                                     \
+        if (all == 0x7fc17fc1u) sink[0] = all;               /* practically never; keeps acc live */ \
+    }
+
+INT4_CONVERT_KERNEL(int4_convert_v0_naive, convert_naive)
+INT4_CONVERT_KERNEL(int4_convert_v1_magic, convert_magic_sequential)
+INT4_CONVERT_KERNEL(int4_convert_v2_magic_interleaved, convert_magic_interleaved)
+INT4_CONVERT_KERNEL(int4_convert_v3_magic_fp16, convert_magic_fp16_interleaved)
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// W4A16 GEMV: out[n] = sum_k x[k] * (q[k, n] - z[k / 128, n]) * s[k / 128, n], batch 1.
+// GPTQ layout: qweight [K/8, N] int32, nibble i of qweight[r, n] = q[8r + i, n];
+// qzeros [K/128, N/8] int32, nibble i of qzeros[g, c] = z[g, 8c + i]; scales [K/128, N] bf16.
+// Block: 256 threads = 32 K-slices x 8 column lanes; a lane owns 4 adjacent columns (one uint4 of a
+// qweight row), a block owns 32 columns and all of K; K-slice t takes groups t, t + 32, t + 64, ...
+// Partial sums of the 32 K-slices meet in shared memory. Requires K % 128 == 0 and N % 8 == 0.
+// ---------------------------------------------------------------------------------------------------
+#define GEMV_THREADS 256
+#define GEMV_COLS 32                   // 8 lanes x 4 columns
+#define GEMV_KSLICES (GEMV_THREADS / 8)
+#define GROUP 128
+#define ROWS_PER_GROUP (GROUP / 8)     // 16 qweight rows of 8 k each
+
+// Sum over the 32 K-slices and store 32 outputs (shared by both versions).
+__device__ __forceinline__ void gemv_reduce_store(float (&acc)[4], __nv_bfloat16* __restrict__ out, int N) {
+    __shared__ float red[GEMV_KSLICES][GEMV_COLS + 1];     // [32 K-slices, 32 columns (+1 pad)]
+    const int lane_c = threadIdx.x & 7, ks = threadIdx.x >> 3;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) red[ks][lane_c * 4 + c] = acc[c];
+    __syncthreads();
+    if (threadIdx.x < GEMV_COLS) {
+        float sum = 0.f;
+#pragma unroll 8
+        for (int s = 0; s < GEMV_KSLICES; ++s) sum += red[s][threadIdx.x];
+        const int col = blockIdx.x * GEMV_COLS + threadIdx.x;
+        if (col < N) out[col] = __float2bfloat16_rn(sum);
+    }
+}
+
+// [[snippet: w4a16_gemv_v0]]
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v0_naive(
+    const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ x,        // [K]
+    __nv_bfloat16* __restrict__ out,            // [N]
+    int K, int N) {
+    const int lane_c = threadIdx.x & 7, ks = threadIdx.x >> 3;
+    const int n = blockIdx.x * GEMV_COLS + lane_c * 4;      // this lane's columns n .. n+3
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (n < N) {                                            // N % 8 == 0: n < N implies n + 3 < N
+        const int groups = K / GROUP;
+        for (int g = ks; g < groups; g += GEMV_KSLICES) {
+            const unsigned zw = qzeros[(size_t)g * (N / 8) + (n >> 3)] >> ((n & 7) * 4);   // z[g, n..n+3]
+            const uint2 sv = *reinterpret_cast<const uint2*>(scales + (size_t)g * N + n);     // s[g, n..n+3]
+            float z[4], gacc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int c = 0; c < 4; ++c) z[c] = float((zw >> (4 * c)) & 0xfu);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r0 = g * ROWS_PER_GROUP + half * 8;
+                uint4 wv[8];                                // [8 rows, 4 columns] int32 in registers
+#pragma unroll
+                for (int r = 0; r < 8; ++r) wv[r] = __ldcs(qweight + (size_t)(r0 + r) * (N / 4) + (n >> 2));
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + r0 + r);      // x[8(r0+r) .. +7]
+                    const float xf[8] = {bf16_lo(xv.x), bf16_hi(xv.x), bf16_lo(xv.y), bf16_hi(xv.y),
+                                         bf16_lo(xv.z), bf16_hi(xv.z), bf16_lo(xv.w), bf16_hi(xv.w)};
+                    const unsigned wc[4] = {wv[r].x, wv[r].y, wv[r].z, wv[r].w};
+#pragma unroll
+                    for (int c = 0; c < 4; ++c)
+#pragma unroll
+                        for (int i = 0; i < 8; ++i)
+                            gacc[c] = fmaf(float((wc[c] >> (4 * i)) & 0xfu) - z[c], xf[i], gacc[c]);
+                }
+            }
+            acc[0] = fmaf(gacc[0], bf16_lo(sv.x), acc[0]);
+            acc[1] = fmaf(gacc[1], bf16_hi(sv.x), acc[1]);
+            acc[2] = fmaf(gacc[2], bf16_lo(sv.y), acc[2]);
+            acc[3] = fmaf(gacc[3], bf16_hi(sv.y), acc[3]);
+        }
+    }
+    gemv_reduce_store(acc, out, N);
+}
+// [[/snippet]]
+
+// [[snippet: w4a16_gemv_v1]]
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magic(
+    const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ x,        // [K]
+    __nv_bfloat16* __restrict__ out,            // [N]
+    int K, int N) {
+    const int lane_c = threadIdx.x & 7, ks = threadIdx.x >> 3;
+    const int n = blockIdx.x * GEMV_COLS + lane_c * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (n < N) {
+        const int groups = K / GROUP;
+        for (int g = ks; g < groups; g += GEMV_KSLICES) {
+            const unsigned zw = qzeros[(size_t)g * (N / 8) + (n >> 3)] >> ((n & 7) * 4);
+            const uint2 sv = *reinterpret_cast<const uint2*>(scales + (size_t)g * N + n);
+            __nv_bfloat162 zb[4];                       // (128 + z, 128 + z): subtracting it leaves q - z
+            float gacc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int c = 0; c < 4; ++c) zb[c] = u32_as_bf162(bf16x2_biased_zero((zw >> (4 * c)) & 0xfu));
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r0 = g * ROWS_PER_GROUP + half * 8;
+                uint4 wv[8];
+#pragma unroll
+                for (int r = 0; r < 8; ++r) wv[r] = __ldcs(qweight + (size_t)(r0 + r) * (N / 4) + (n >> 2));
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + r0 + r);
+                    // x in the lop3 pair order: xp[j] = (x_j, x_{j+4})
+                    const __nv_bfloat162 xp[4] = {u32_as_bf162(__byte_perm(xv.x, xv.z, 0x5410)),
+                                                  u32_as_bf162(__byte_perm(xv.x, xv.z, 0x7632)),
+                                                  u32_as_bf162(__byte_perm(xv.y, xv.w, 0x5410)),
+                                                  u32_as_bf162(__byte_perm(xv.y, xv.w, 0x7632))};
+                    const unsigned wc[4] = {wv[r].x, wv[r].y, wv[r].z, wv[r].w};
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        unsigned b[4];
+                        int4x8_to_bf16x8_biased(wc[c], b);                  // (128+q_j, 128+q_{j+4})
+                        __nv_bfloat162 p = __hmul2(__hsub2(u32_as_bf162(b[0]), zb[c]), xp[0]);
+                        p = __hfma2(__hsub2(u32_as_bf162(b[1]), zb[c]), xp[1], p);
+                        p = __hfma2(__hsub2(u32_as_bf162(b[2]), zb[c]), xp[2], p);
+                        p = __hfma2(__hsub2(u32_as_bf162(b[3]), zb[c]), xp[3], p);
+                        const unsigned pu = bf162_as_u32(p);                // 2 sums of 4 products
+                        gacc[c] += bf16_lo(pu) + bf16_hi(pu);               // fp32 from here on
+                    }
+                }
+            }
+            acc[0] = fmaf(gacc[0], bf16_lo(sv.x), acc[0]);
+            acc[1] = fmaf(gacc[1], bf16_hi(sv.x), acc[1]);
+            acc[2] = fmaf(gacc[2], bf16_lo(sv.y), acc[2]);
+            acc[3] = fmaf(gacc[3], bf16_hi(sv.y), acc[3]);
+        }
+    }
+    gemv_reduce_store(acc, out, N);
+}
+// [[/snippet]]

@@ -1,0 +1,388 @@
+"""Quantization (chapter 9): formats, references, packers, cost models, launchers, versions.
+
+Formats
+- INT8 per-channel, symmetric: ``W [N, K]`` (nn.Linear layout, row n = output channel n),
+  ``scale[n] = amax_n / 127``, ``q = rint(w * (127 / amax_n))`` clamped to [-127, 127].
+- FP8 e4m3, per-tensor scale: ``scale = amax / 448``, ``q = e4m3(x * (448 / amax))`` (round to nearest
+  even, saturating); stored as uint8 bit patterns (view them as ``torch.float8_e4m3fn``).
+- INT4 asymmetric, group 128 along K: ``W [K, N] ~ (q - z) * s`` with ``q, z`` in [0, 15] and
+  ``s, z`` per (group of 128 rows of K, column n).
+
+Packings of the INT4 codes (8 nibbles per int32, nibble i in bits [4i, 4i + 4)):
+- GPTQ: ``qweight [K/8, N]`` packed along K, sequential (nibble i of row r = k = 8r + i);
+  ``qzeros [K/G, N/8]`` packed along N, sequential.
+- AWQ: ``qweight [K, N/8]`` and ``qzeros [K/G, N/8]`` packed along N in the interleaved order
+  :data:`AWQ_ORDER` (nibble i of word c = column ``8c + AWQ_ORDER[i]``).
+The W4A16 GEMV consumes GPTQ's ``qweight`` and ``qzeros`` with bf16 ``scales [K/G, N]`` directly.
+
+Every host function here takes NumPy or CuPy arrays (``xp`` follows the input).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from utils.build import KernelSource
+from utils.ops import Version, expect_array, expect_same_device, registry
+
+try:                                  # ml_dtypes ships with the book's requirements; no GPU needed
+    import ml_dtypes
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+    FP8_E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+except ImportError:                   # pragma: no cover
+    ml_dtypes = None
+    BF16 = FP8_E4M3 = None
+
+SOURCE = KernelSource("quant.cu")
+
+GROUP = 128
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)      # AutoAWQ: nibble i of a word holds column 8c + AWQ_ORDER[i]
+SEQ_ORDER = tuple(range(8))
+FP8_MAX = 448.0                            # largest finite e4m3 value
+INT8_MAX = 127
+GEMV_COLS = 32                             # columns per block of the W4A16 GEMV
+THREADS = 256
+CONVERT_REPS = 64                          # conversion rounds per thread in the throughput benchmark
+
+
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy.get_array_module(a)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --- INT8 per-channel ------------------------------------------------------------------------------
+
+def int8_reference(w):
+    """(q int8 [N, K], scale float32 [N]) for W [N, K] (bf16 or float32), as the kernel computes them.
+
+    amax, 127 / amax and amax / 127 are computed in float32 with IEEE division, the products
+    ``w * inv`` in float32, rounding half to even: the kernel must match bit for bit.
+    """
+    xp = _xp(w)
+    wf = w.astype(xp.float32)
+    amax = xp.abs(wf).max(axis=1)
+    amax_h = amax.get() if xp is not np else amax               # N values: divide on the host (IEEE)
+    amax_h = np.asarray(amax_h, dtype=np.float32)
+    with np.errstate(divide="ignore"):
+        inv_h = np.where(amax_h > 0, np.float32(INT8_MAX) / amax_h, np.float32(0)).astype(np.float32)
+    scale_h = (amax_h / np.float32(INT8_MAX)).astype(np.float32)
+    inv = xp.asarray(inv_h)
+    q = xp.clip(xp.rint(wf * inv[:, None]), -INT8_MAX, INT8_MAX).astype(xp.int8)
+    return q, xp.asarray(scale_h)
+
+
+def int8_dequant_reference(q, scale):
+    xp = _xp(q)
+    return q.astype(xp.float32) * scale.astype(xp.float32)[:, None]
+
+
+# --- FP8 e4m3 per tensor ---------------------------------------------------------------------------
+
+def fp8_reference(x):
+    """(q uint8 bit patterns, scale float32) for any-shaped x, as the kernels compute them (NumPy/CuPy)."""
+    xp = _xp(x)
+    xf = x.astype(xp.float32)
+    amax = np.float32(float(xp.abs(xf).max()))
+    inv = np.float32(FP8_MAX) / amax if amax > 0 else np.float32(0)
+    scale = np.float32(amax / np.float32(FP8_MAX))
+    scaled = xf * inv
+    if xp is np:
+        q = scaled.astype(FP8_E4M3).view(np.uint8)
+    else:                             # on the GPU: PyTorch's own float32 -> float8_e4m3fn conversion
+        import torch
+        t = torch.from_dlpack(xp.ascontiguousarray(scaled)).to(torch.float8_e4m3fn).view(torch.uint8)
+        q = xp.from_dlpack(t).copy()
+    return q, scale
+
+
+def fp8_decode(q):
+    """float32 values of e4m3 bit patterns (uint8), NumPy or CuPy."""
+    xp = _xp(q)
+    if xp is np:
+        return np.asarray(q, dtype=np.uint8).view(FP8_E4M3).astype(np.float32)
+    import torch
+    t = torch.from_dlpack(xp.ascontiguousarray(q)).view(torch.float8_e4m3fn).float()
+    return xp.from_dlpack(t).copy()
+
+
+# --- INT4: quantization, packing, dequantization ---------------------------------------------------
+
+def quantize_int4(w, group: int = GROUP):
+    """Asymmetric INT4 with one (scale, zero) per ``group`` rows of K and column: W [K, N] float.
+
+    Returns q uint8 [K, N] in [0, 15], scales float32 [K/group, N], zeros uint8 [K/group, N] in [0, 15]:
+    ``s = (max - min) / 15``, ``z = clip(rint(-min / s), 0, 15)``, ``q = clip(rint(w / s) + z, 0, 15)``.
+    """
+    xp = _xp(w)
+    K, N = w.shape
+    if K % group:
+        raise ValueError(f"K = {K} is not a multiple of the group size {group}")
+    wg = w.astype(xp.float32).reshape(K // group, group, N)
+    lo = xp.minimum(wg.min(axis=1), 0)
+    hi = xp.maximum(wg.max(axis=1), 0)
+    s = (hi - lo) / 15
+    s = xp.where(s > 0, s, 1).astype(xp.float32)
+    z = xp.clip(xp.rint(-lo / s), 0, 15)
+    q = xp.clip(xp.rint(wg / s[:, None, :]) + z[:, None, :], 0, 15)
+    return q.reshape(K, N).astype(xp.uint8), s, z.astype(xp.uint8)
+
+
+def dequantize_int4(q, scales, zeros, group: int = GROUP):
+    """W [K, N] float32 = (q - z) * s, the group's (s, z) broadcast over its rows."""
+    xp = _xp(q)
+    K, N = q.shape
+    qg = q.astype(xp.float32).reshape(K // group, group, N)
+    w = (qg - zeros.astype(xp.float32)[:, None, :]) * scales.astype(xp.float32)[:, None, :]
+    return w.reshape(K, N)
+
+
+def pack_nibbles(a, axis: int, order=SEQ_ORDER):
+    """Pack a uint8 array of values in [0, 15] along ``axis`` (length divisible by 8) into int32.
+
+    Word c holds elements 8c .. 8c+7 of the axis; nibble i (bits 4i..4i+3) holds element 8c + order[i].
+    """
+    xp = _xp(a)
+    a = xp.moveaxis(a, axis, -1)
+    *lead, L = a.shape
+    if L % 8:
+        raise ValueError(f"cannot pack an axis of length {L} into int32 words of 8 nibbles")
+    g = a.reshape(*lead, L // 8, 8).astype(xp.uint32)
+    words = xp.zeros((*lead, L // 8), dtype=xp.uint32)
+    for i, e in enumerate(order):
+        words |= (g[..., e] & 0xF) << (4 * i)
+    return xp.ascontiguousarray(xp.moveaxis(words.view(xp.int32), -1, axis))
+
+
+def unpack_nibbles(words, axis: int, order=SEQ_ORDER):
+    """The inverse of :func:`pack_nibbles`: uint8 values, the axis 8 times longer."""
+    xp = _xp(words)
+    w = xp.moveaxis(words, axis, -1).astype(xp.uint32)     # same bits (int32 -> uint32 wraps)
+    *lead, C = w.shape
+    out = xp.zeros((*lead, C, 8), dtype=xp.uint8)
+    for i, e in enumerate(order):
+        out[..., e] = ((w >> (4 * i)) & 0xF).astype(xp.uint8)
+    return xp.ascontiguousarray(xp.moveaxis(out.reshape(*lead, C * 8), -1, axis))
+
+
+def pack_gptq(q, zeros):
+    """GPTQ layout: qweight [K/8, N] (along K, sequential), qzeros [K/G, N/8] (along N, sequential).
+
+    Zero points are stored as z itself; some GPTQ checkpoints store z - 1 and add the 1 back on load.
+    """
+    return pack_nibbles(q, 0, SEQ_ORDER), pack_nibbles(zeros, 1, SEQ_ORDER)
+
+
+def pack_awq(q, zeros):
+    """AWQ layout: qweight [K, N/8] and qzeros [K/G, N/8], both along N in AWQ_ORDER."""
+    return pack_nibbles(q, 1, AWQ_ORDER), pack_nibbles(zeros, 1, AWQ_ORDER)
+
+
+# --- cost models -----------------------------------------------------------------------------------
+
+def int8_quant_nbytes(N: int, K: int) -> int:
+    """Read W (bf16) once, write q (int8) and the scales: the minimum."""
+    return N * K * 2 + N * K + N * 4
+
+
+def int8_dequant_nbytes(N: int, K: int) -> int:
+    return N * K + N * 4 + N * K * 2
+
+
+def fp8_quant_nbytes(n: int) -> int:
+    """Minimum for quantize-with-amax: read x once (bf16), write q (1 byte each). Our two passes read x twice."""
+    return 2 * n + n + 4
+
+
+def fp8_dequant_nbytes(n: int) -> int:
+    return n + 4 + 2 * n
+
+
+def gemv_nbytes(K: int, N: int, group: int = GROUP) -> int:
+    """W4A16 GEMV, batch 1: packed weights + bf16 scales + packed zeros + bf16 x + bf16 out."""
+    return K * N // 2 + (K // group) * N * 2 + (K // group) * N // 2 + K * 2 + N * 2
+
+
+def gemv_bf16_nbytes(K: int, N: int) -> int:
+    """The same GEMV with bf16 weights (what cuBLAS streams)."""
+    return K * N * 2 + K * 2 + N * 2
+
+
+def gemv_flops(K: int, N: int) -> float:
+    return 2.0 * K * N
+
+
+def convert_ops(n_vec: int, reps: int = CONVERT_REPS) -> int:
+    """Nibbles converted by one launch of a conversion benchmark kernel (the stored round included)."""
+    return n_vec * 32 * (reps + 1)
+
+
+# --- launchers -------------------------------------------------------------------------------------
+
+def _bf16():
+    if BF16 is None:
+        raise ValueError("bf16 arrays need the ml_dtypes package")
+    return BF16
+
+
+def launch_int8_quant(w, q, scale):
+    """W [N, K] bf16 -> q [N, K] int8, scale [N] float32: one block per row."""
+    expect_array(w, "w", dtype=_bf16(), ndim=2)
+    N, K = (int(s) for s in w.shape)
+    if N < 1 or K < 1:
+        raise ValueError(f"w: expected a non-empty matrix, got shape {(N, K)}")
+    if N > 2**31 - 1 or K > 2**31 - 1:
+        raise ValueError(f"w: shape {(N, K)} exceeds the int32 kernel arguments")
+    expect_array(q, "q", dtype=np.int8, shape=(N, K))
+    expect_array(scale, "scale", dtype=np.float32, shape=(N,), align=4)
+    expect_same_device(w, q, scale)
+    SOURCE.function("int8_quant_rowwise")((N, 1, 1), (THREADS, 1, 1), (w, q, scale, np.int32(K)))
+    return q, scale
+
+
+def launch_int8_dequant(q, scale, w):
+    expect_array(q, "q", dtype=np.int8, ndim=2)
+    N, K = (int(s) for s in q.shape)
+    if N < 1 or K < 1:
+        raise ValueError(f"q: expected a non-empty matrix, got shape {(N, K)}")
+    expect_array(scale, "scale", dtype=np.float32, shape=(N,), align=4)
+    expect_array(w, "w", dtype=_bf16(), shape=(N, K))
+    expect_same_device(q, scale, w)
+    SOURCE.function("int8_dequant_rowwise")((N, 1, 1), (THREADS, 1, 1), (q, scale, w, np.int32(K)))
+    return w
+
+
+def fp8_amax_grid(n: int) -> int:
+    return max(1, min(132 * 8, ceil_div(ceil_div(n, 8), THREADS)))
+
+
+def launch_fp8_quant(x, q, scale, amax_bits):
+    """x (any shape, bf16) -> q (same shape, uint8 e4m3 bits), scale [1] float32; amax_bits [1] uint32 scratch."""
+    expect_array(x, "x", dtype=_bf16())
+    n = int(np.prod(x.shape))
+    if n < 1:
+        raise ValueError("x: expected at least one element")
+    expect_array(q, "q", dtype=np.uint8, shape=tuple(x.shape))
+    expect_array(scale, "scale", dtype=np.float32, shape=(1,), align=4)
+    expect_array(amax_bits, "amax_bits", dtype=np.uint32, shape=(1,), align=4)
+    expect_same_device(x, q, scale, amax_bits)
+    amax_bits.fill(0)
+    SOURCE.function("fp8_amax")((fp8_amax_grid(n), 1, 1), (THREADS, 1, 1), (x, amax_bits, np.int64(n)))
+    grid = ceil_div(ceil_div(n, 8), THREADS)
+    SOURCE.function("fp8_quant")((grid, 1, 1), (THREADS, 1, 1), (x, amax_bits, q, scale, np.int64(n)))
+    return q, scale
+
+
+def launch_fp8_dequant(q, scale, x):
+    expect_array(q, "q", dtype=np.uint8)
+    n = int(np.prod(q.shape))
+    if n < 1:
+        raise ValueError("q: expected at least one element")
+    expect_array(scale, "scale", dtype=np.float32, shape=(1,), align=4)
+    expect_array(x, "x", dtype=_bf16(), shape=tuple(q.shape))
+    expect_same_device(q, scale, x)
+    grid = ceil_div(ceil_div(n, 8), THREADS)
+    SOURCE.function("fp8_dequant")((grid, 1, 1), (THREADS, 1, 1), (q, scale, x, np.int64(n)))
+    return x
+
+
+def _convert_launcher(kernel: str, out_dtype: str):
+    def launch(packed, out, sink, reps: int = CONVERT_REPS):
+        expect_array(packed, "packed", dtype=(np.int32, np.uint32), ndim=1)
+        words = int(packed.shape[0])
+        if words < 4 or words % 4:
+            raise ValueError(f"packed: expected a positive multiple of 4 words (16 bytes per thread), got {words}")
+        if words // 4 > 2**31 - 1:
+            raise ValueError(f"packed: {words} words exceed the int32 thread count")
+        want = _bf16() if out_dtype == "bfloat16" else np.dtype(np.float16)
+        expect_array(out, "out", dtype=want, shape=(words * 8,))
+        expect_array(sink, "sink", dtype=np.uint32, shape=(1,), align=4)
+        if not 0 <= int(reps) < 2**31:
+            raise ValueError(f"reps: expected a non-negative int32, got {reps}")
+        expect_same_device(packed, out, sink)
+        n_vec = words // 4
+        SOURCE.function(kernel)((ceil_div(n_vec, THREADS), 1, 1), (THREADS, 1, 1),
+                                (packed, out, sink, np.int32(n_vec), np.int32(reps)))
+        return out
+    launch.__name__ = f"launch_{kernel}"
+    launch.__doc__ = (f"Launch {kernel}: out ({out_dtype}, 8 per word) = the nibbles of packed, then "
+                      "`reps` timed rounds of conversions that only feed a sink.")
+    return launch
+
+
+def gemv_check_shapes(K: int, N: int, group: int = GROUP) -> None:
+    """The W4A16 GEMV's shape rules (pure function, tested on the CPU)."""
+    if K < 1 or N < 1:
+        raise ValueError(f"expected K >= 1 and N >= 1, got K={K}, N={N}")
+    if K % group:
+        raise ValueError(f"K = {K} is not a multiple of the group size {group}: INT4 group quantization "
+                         "needs whole groups along K")
+    if N % 8:
+        raise ValueError(f"N = {N} is not a multiple of 8: qzeros packs 8 columns per int32")
+    if K * N // 8 >= 2**31 or N >= 2**31:
+        raise ValueError(f"K x N = {K} x {N} is too large for the int32 indexing of this kernel")
+
+
+def gemv_grid(N: int) -> tuple[int, int, int]:
+    return (ceil_div(N, GEMV_COLS), 1, 1)
+
+
+def _gemv_launcher(kernel: str):
+    def launch(x, qweight, qzeros, scales, out):
+        bf16 = _bf16()
+        expect_array(x, "x", dtype=bf16, ndim=2)
+        if int(x.shape[0]) != 1:
+            raise ValueError(f"x: expected one row (batch 1, shape (1, K)), got shape {tuple(x.shape)}")
+        K = int(x.shape[1])
+        expect_array(qweight, "qweight", dtype=np.int32, ndim=2)
+        N = int(qweight.shape[1])
+        gemv_check_shapes(K, N)
+        expect_array(qweight, "qweight", dtype=np.int32, shape=(K // 8, N))
+        expect_array(qzeros, "qzeros", dtype=np.int32, shape=(K // GROUP, N // 8))
+        expect_array(scales, "scales", dtype=bf16, shape=(K // GROUP, N))
+        expect_array(out, "out", dtype=bf16, shape=(1, N))
+        expect_same_device(x, qweight, qzeros, scales, out)
+        SOURCE.function(kernel)(gemv_grid(N), (THREADS, 1, 1),
+                                (qweight, qzeros, scales, x, out, np.int32(K), np.int32(N)))
+        return out
+    launch.__name__ = f"launch_{kernel}"
+    launch.__doc__ = f"Launch {kernel}: out (1, N) = x (1, K) @ dequant(qweight, qzeros, scales), bf16."
+    return launch
+
+
+CONVERT_VERSIONS = registry(
+    Version("int4_convert_v0_naive", "v0_naive", _convert_launcher("int4_convert_v0_naive", "bfloat16"),
+            "shift, mask and integer-to-bf16 conversion per nibble (sequential order)"),
+    Version("int4_convert_v1_magic", "v1_magic", _convert_launcher("int4_convert_v1_magic", "bfloat16"),
+            "lop3 into the mantissa of 128.0 for two nibbles at once, subtract, prmt back to order"),
+    Version("int4_convert_v2_magic_interleaved", "v2_magic_interleaved",
+            _convert_launcher("int4_convert_v2_magic_interleaved", "bfloat16"),
+            "v1 on AWQ's interleaved order: pairs come out in order, no prmt"),
+    Version("int4_convert_v3_magic_fp16", "v3_magic_fp16", _convert_launcher("int4_convert_v3_magic_fp16", "float16"),
+            "fp16 output, magic 1024.0: one shift per 8 nibbles, the odd nibble scaled by 1/16"),
+)
+# Which packing order each conversion version expects its input words in.
+CONVERT_ORDER = {"v0_naive": SEQ_ORDER, "v1_magic": SEQ_ORDER, "v2_magic_interleaved": AWQ_ORDER,
+                 "v3_magic_fp16": AWQ_ORDER}
+
+GEMV_VERSIONS = registry(
+    Version("w4a16_gemv_v0_naive", "v0_naive", _gemv_launcher("w4a16_gemv_v0_naive"),
+            "32 columns x all K per block, 16-byte weight loads, shift/mask/int-to-float, fp32 FMA"),
+    Version("w4a16_gemv_v1_magic", "v1_magic", _gemv_launcher("w4a16_gemv_v1_magic"),
+            "v0 with the magic-number conversion and bf16x2 products, fp32 sums every 4 products"),
+)
+
+BEST_GEMV = "v1_magic"
+
+
+def gemv_reference(x, qweight, qzeros, scales):
+    """out (1, N) float32 = x @ dequantized W, from the packed GPTQ tensors (NumPy or CuPy)."""
+    xp = _xp(qweight)
+    q = unpack_nibbles(qweight, 0, SEQ_ORDER)
+    z = unpack_nibbles(qzeros, 1, SEQ_ORDER)
+    w = dequantize_int4(q, scales.astype(xp.float32), z)
+    return x.astype(xp.float32) @ w
