@@ -316,6 +316,27 @@ def _launcher(version: str):
     return launch
 
 
+def bind(version: str, x, y):
+    """Validate once and return a zero-argument callable that only launches (for timing loops)."""
+    rows, cols, launches = _validate(x, y, version)
+    c = np.int32(cols)
+    if version == "v0_three_pass":
+        import cupy
+        m = cupy.empty((rows,), dtype=cupy.float32)
+        l = cupy.empty((rows,), dtype=cupy.float32)
+        ks = [(SOURCE.function(ln.kernel), ln.grid, ln.block) for ln in launches]
+        args = [(x, m, c), (x, m, l, c), (x, m, l, y, c)]
+
+        def run():
+            for (k, g, b), a in zip(ks, args):
+                k(g, b, a)
+        return run
+    (ln,) = launches
+    k = SOURCE.function(ln.kernel)
+    args = (x, y, np.int32(rows), c) if version == "v2_warp_row" else (x, y, c)
+    return lambda: k(ln.grid, ln.block, args)
+
+
 VERSIONS = registry(
     Version("softmax_v0_three_pass", "v0_three_pass", _launcher("v0_three_pass"),
             "safe softmax as three kernels (max, sum, normalize): x read three times"),
@@ -341,3 +362,32 @@ def softmax(x, out=None):
     expect_array(x, "x", dtype=_dtypes(), ndim=2)
     y = cupy.empty(x.shape, dtype=x.dtype) if out is None else out
     return VERSIONS[plan(int(x.shape[0]), int(x.shape[1]), x.dtype)].launch(x, y)
+
+
+# --- interop with the PyTorch peers (zero-copy, the same memory) -----------------------------------
+
+def random_input(shape, dtype, scale: float = 1.0):
+    """Fresh standard-normal data times ``scale`` as a CuPy array of ``dtype`` (float32 or bfloat16)."""
+    import cupy
+    x = cupy.random.standard_normal(shape, dtype=cupy.float32)
+    if scale != 1.0:
+        x *= np.float32(scale)
+    return x if np.dtype(dtype) == np.float32 else x.astype(dtype)
+
+
+def as_torch(x):
+    """A torch tensor on the same memory as the CuPy array ``x`` (bf16 travels as raw 16-bit words)."""
+    import cupy
+    import torch
+    if np.dtype(x.dtype) == np.float32:
+        return torch.from_dlpack(x)
+    return torch.from_dlpack(x.view(cupy.int16)).view(torch.bfloat16)
+
+
+def from_torch(t):
+    """A CuPy array on the same memory as the torch tensor ``t`` (float32 or bfloat16)."""
+    import cupy
+    import torch
+    if t.dtype == torch.float32:
+        return cupy.from_dlpack(t)
+    return cupy.from_dlpack(t.view(torch.int16)).view(BF16)

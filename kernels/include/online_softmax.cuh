@@ -23,6 +23,7 @@
 #define SOFTMAX_NAN __int_as_float(0x7fffffff)
 #define SOFTMAX_LOG2E 1.4426950408889634f
 
+// [[snippet: online_state]]
 struct SoftmaxState {
     float m;  // running max of the scores seen (-inf before any)
     float l;  // sum of e^{(x - m)} over the scores seen, relative to the current m
@@ -69,6 +70,9 @@ __device__ __forceinline__ SoftmaxState softmax_state_merge(SoftmaxState a, Soft
     return {m, a.l * softmax_rescale(a.m, m, scale_log2) + b.l * softmax_rescale(b.m, m, scale_log2)};
 }
 
+// [[/snippet]]
+
+// [[snippet: online_merge_tree]]
 // Merge the 32 states of a warp (butterfly): every lane ends with the same bits, because each step
 // merges the same two operands on both sides and the merge is commutative.
 __device__ __forceinline__ SoftmaxState softmax_warp_merge(SoftmaxState s, float scale_log2 = SOFTMAX_LOG2E) {
@@ -96,6 +100,7 @@ __device__ __forceinline__ SoftmaxState softmax_block_merge(SoftmaxState s, Soft
     s = lane < WARPS ? scratch[lane] : softmax_state_empty();
     return softmax_warp_merge(s, scale_log2);   // every warp merges the same WARPS states
 }
+// [[/snippet]]
 
 // 1 / l for the final normalization; a state that saw only -inf (l = 0) gives NaN, as torch.softmax
 // does for a fully masked row. (FlashAttention, chapter 15, chooses 0 there instead.)

@@ -1,0 +1,85 @@
+"""Every softmax version on fresh random data with poisoned outputs: awkward shapes, fp32 and bf16,
+fully masked rows (NaN, as torch), single survivors, large logits; the dispatcher on two TARGETS shapes."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+# rows of 1, 37, 199; widths that are not multiples of the 16-byte chunk (1, 7, 33, 4097) and 1000
+# (a multiple of 8 but not of any block's span); one width per version's upper limit.
+SHAPES = [(1, 1), (37, 7), (199, 33), (37, 1000), (1, 4097), (199, 1024), (3, 2048), (2, 16384),
+          (2, 16385), (2, 65536), (1, 262144)]
+
+
+def _dtypes():
+    from kernels import softmax as S
+    return [np.float32, S.BF16]
+
+
+def _check(label, x, name):
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    y = poisoned(x.shape, x.dtype)
+    S.VERSIONS[label].launch(x, y)
+    assert_close(y, S.reference(x), dtype=np.dtype(x.dtype).name, name=name)
+    return y
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_every_version_matches_the_reference(shape):
+    from kernels import softmax as S
+    for dt in _dtypes():
+        x = S.random_input(shape, dt, scale=3.0)
+        for label in S.VERSIONS:
+            if S.supports(label, shape[1], dt):
+                _check(label, x, f"{label} {np.dtype(dt).name} {shape}")
+
+
+def test_masked_rows_and_large_logits():
+    import cupy
+    from kernels import softmax as S
+    from utils.check import assert_close
+    for dt in _dtypes():
+        for cols in (7, 1000, 4097, 20000):
+            x32 = cupy.random.standard_normal((4, cols), dtype=cupy.float32) * 1e4   # large logits
+            x32[0] = -cupy.inf                                  # fully masked
+            x32[1] = -cupy.inf
+            x32[1, cols - 1] = 1.0                              # one survivor at the row's end
+            x32[2, ::3] = -cupy.inf                             # partly masked
+            x = x32 if dt == np.float32 else x32.astype(dt)
+            ref = S.reference(x)
+            for label in S.VERSIONS:
+                if not S.supports(label, cols, dt):
+                    continue
+                y = cupy.full(x.shape, 12345.0, dtype=cupy.float32).astype(dt)   # poison that is not NaN
+                S.VERSIONS[label].launch(x, y)
+                name = f"{label} {np.dtype(dt).name} cols={cols}"
+                y32 = y.astype(cupy.float32)
+                assert bool(cupy.isnan(y32[0]).all()), f"{name}: a fully masked row must give NaN (as torch)"
+                assert_close(y[1:], ref[1:], dtype=np.dtype(dt).name, name=name)
+
+
+def test_dispatcher_on_targets_shapes_against_torch():
+    import torch
+    from kernels import softmax as S
+    from utils.check import assert_close
+    for shape in [(256, 1024), (64, 65536)]:
+        for dt in _dtypes():
+            x = S.random_input(shape, dt)
+            y = S.softmax(x)
+            ref = S.reference(x)
+            assert_close(y, ref, dtype=np.dtype(dt).name, name=f"softmax {shape}")
+            t = torch.softmax(S.as_torch(x), dim=-1)
+            assert_close(S.from_torch(t), ref, dtype=np.dtype(dt).name, name=f"torch.softmax {shape}")
+
+
+def test_launchers_reject_bad_arguments():
+    import cupy
+    from kernels import softmax as S
+    x = S.random_input((8, 64), np.float32)
+    with pytest.raises(ValueError, match=r"expected shape \(8, 64\)"):
+        S.VERSIONS["v2_warp_row"].launch(x, cupy.empty((64, 8), cupy.float32))
+    with pytest.raises(ValueError, match="dtype float32"):
+        S.VERSIONS["v3_block_row"].launch(x, cupy.empty((8, 64), S.BF16))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        S.VERSIONS["v1_online"].launch(x[:, ::2], cupy.empty((8, 32), cupy.float32))
