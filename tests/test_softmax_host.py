@@ -173,3 +173,11 @@ def test_launchers_reject_rows_too_long_or_too_many():
     x = FakeDeviceArray((2**16, 2**15), np.float32)
     with pytest.raises(ValueError, match="2\\*\\*31"):
         S.VERSIONS["v1_online"].launch(x, FakeDeviceArray((2**16, 2**15), np.float32))
+
+
+def test_bind_validates_like_the_launchers():
+    x = FakeDeviceArray((4, 6), np.float32)
+    with pytest.raises(ValueError, match=r"expected shape \(4, 6\)"):
+        S.bind("v1_online", x, FakeDeviceArray((6, 4), np.float32))
+    with pytest.raises(ValueError, match="at most 1024"):
+        S.bind("v2_warp_row", FakeDeviceArray((2, 4096), np.float32), FakeDeviceArray((2, 4096), np.float32))
