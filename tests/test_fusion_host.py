@@ -319,3 +319,28 @@ def test_add_rmsnorm_rejects(args, msg):
 def test_rope_rejects(args, msg):
     with pytest.raises(ValueError, match=msg):
         F.rope(*args)
+
+
+def test_cupy_expressions_compile_with_nvrtc():
+    """The CuPy route's expressions, wrapped the way CuPy declares their variables (typed scalars for
+    element-wise params, pointers for raw params, ptrdiff_t i), compile with NVRTC against the preamble."""
+    core = pytest.importorskip("cuda.core")
+    e = F.CUPY_EXPRESSIONS
+    src = F.cupy_preamble() + f"""
+typedef unsigned short u16;
+extern "C" __global__ void t_bias_gelu(const u16* X, const u16* B, u16* Y) {{
+    const ptrdiff_t i = threadIdx.x; u16 x = X[i], b = B[i]; u16 y; {e["bias_gelu"]}; Y[i] = y; }}
+extern "C" __global__ void t_swiglu(const u16* G, const u16* U, u16* Y) {{
+    const ptrdiff_t i = threadIdx.x; u16 g = G[i], u = U[i]; u16 y; {e["swiglu"]}; Y[i] = y; }}
+extern "C" __global__ void t_sumsq(const u16* X, const u16* R, float* S) {{
+    const ptrdiff_t i = threadIdx.x; u16 x = X[i], r = R[i]; S[i] = {e["rms_sumsq"]}; }}
+extern "C" __global__ void t_apply(const u16* X, const u16* R, const float* SS, const u16* W, float inv_d,
+                                   float eps, u16* RO, u16* Y) {{
+    const ptrdiff_t i = threadIdx.x; u16 x = X[i], r = R[i], w = W[i]; float ss = SS[i]; u16 ro, y;
+    {e["rms_apply"]}; RO[i] = ro; Y[i] = y; }}
+extern "C" __global__ void t_rope(const u16* x, const u16* cs, const u16* sn, int H, int half, u16* Y) {{
+    const ptrdiff_t i = threadIdx.x; u16 y; {e["rope"]}; Y[i] = y; }}
+"""
+    opts = core.ProgramOptions(arch="sm_90", std="c++17")
+    obj = core.Program(src, "c++", opts).compile("cubin")
+    assert obj.code
