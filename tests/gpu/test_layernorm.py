@@ -1,0 +1,112 @@
+"""Every LayerNorm and RMSNorm version, fp32 and bf16, on fresh random inputs with poisoned outputs:
+rows of 1, 37, 199, widths that are not multiples of 8 or of any layout, a cluster layout only
+partly filled, the widest layout, and the large-mean input that breaks the naive variance."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+# (rows, n): odd widths (scalar versions only), multiples of 8 that fill no layout, every layout kind
+SHAPES = [(1, 1), (37, 37), (199, 199), (1, 256), (37, 1000), (199, 1032), (5, 4104), (3, 16392),
+          (2, 65528), (2, 262144), (199, 4096)]
+DTYPES = ["float32", "bfloat16"]
+
+
+def _dtype(name):
+    import ml_dtypes
+    return np.float32 if name == "float32" else ml_dtypes.bfloat16
+
+
+def _inputs(rows, n, dtype, mean=0.0):
+    import cupy
+    dt = _dtype(dtype)
+    x = (mean + cupy.random.standard_normal((rows, n), dtype=cupy.float32)).astype(dt)
+    w = (1 + 0.1 * cupy.random.standard_normal(n, dtype=cupy.float32)).astype(dt)
+    b = (0.1 * cupy.random.standard_normal(n, dtype=cupy.float32)).astype(dt)
+    return x, w, b
+
+
+def _runs(label, n, dtype):
+    from kernels import layernorm as L
+    vec = L.VEC16[dtype] if "vec16" in label else 1
+    return n % vec == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_layernorm_versions(shape, dtype):
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    rows, n = shape
+    x, w, b = _inputs(rows, n, dtype)
+    ref = L.layer_norm_ref(x, w, b)
+    for label, v in L.LN_VERSIONS.items():
+        if not _runs(label, n, dtype):
+            continue
+        y = poisoned(shape, _dtype(dtype))
+        v.launch(x, w, b, y)
+        assert_close(y, ref, dtype=dtype, name=f"layernorm {label} {dtype} {shape}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_rmsnorm_versions(shape, dtype):
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    rows, n = shape
+    x, w, _ = _inputs(rows, n, dtype, mean=0.5)
+    ref = L.rms_norm_ref(x, w)
+    for label, v in L.RMS_VERSIONS.items():
+        if not _runs(label, n, dtype):
+            continue
+        y = poisoned(shape, _dtype(dtype))
+        v.launch(x, w, y)
+        assert_close(y, ref, dtype=dtype, name=f"rmsnorm {label} {dtype} {shape}")
+
+
+@pytest.mark.parametrize("n", [1024, 4096, 65536])
+def test_large_mean_breaks_only_the_naive_variance(n):
+    """mean 1e4, std 1, fp32: fp32 itself bounds the error near ulp(1e4) / std ~ 1e-3 (the mean cannot
+    be stored closer), so the stable versions are held to 1e-2; the naive one is off by O(1)."""
+    from kernels import layernorm as L
+    from utils.check import CheckFailed, assert_close, poisoned
+    x, w, b = _inputs(64, n, "float32", mean=1e4)
+    ref = L.layer_norm_ref(x, w, b)
+    for label, v in L.LN_VERSIONS.items():
+        y = poisoned(x.shape, np.float32)
+        v.launch(x, w, b, y)
+        if label == "v0_naive":
+            with pytest.raises(CheckFailed):
+                assert_close(y, ref, tol=1e-2, name=f"{label} large mean")
+        else:
+            assert_close(y, ref, tol=1e-2, name=f"{label} large mean")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dispatchers_match_torch(dtype):
+    torch = pytest.importorskip("torch")
+    import cupy
+    from kernels import layernorm as L
+    from utils.check import assert_close
+    x, w, b = _inputs(256, 4096, dtype)
+    tx, tw, tb = (torch.from_dlpack(a) for a in (x, w, b))
+    y = L.layer_norm(x, w, b)
+    t = cupy.from_dlpack(torch.nn.functional.layer_norm(tx, (4096,), tw, tb, L.EPS_LN))
+    assert_close(y, t.astype(cupy.float32), dtype=dtype, name="layer_norm vs torch")
+    r = L.rms_norm(x, w)
+    t = cupy.from_dlpack(torch.nn.functional.rms_norm(tx, (4096,), tw, L.EPS_RMS))
+    assert_close(r, t.astype(cupy.float32), dtype=dtype, name="rms_norm vs torch")
+
+
+def test_every_row_gets_identical_statistics_across_its_threads():
+    """A row of equal values normalizes to exactly b (x - mean = 0 in every thread of every rank)."""
+    import cupy
+    from kernels import layernorm as L
+    for n in (1000, 4096, 65536, 262144):
+        x = cupy.full((2, n), 3.25, dtype=cupy.float32)
+        w = cupy.random.standard_normal(n, dtype=cupy.float32)
+        b = cupy.random.standard_normal(n, dtype=cupy.float32)
+        for label in ("v1_twopass", "v2_welford", "v3_vec16"):
+            y = cupy.empty_like(x)
+            L.LN_VERSIONS[label].launch(x, w, b, y)
+            assert bool((y == b[None, :]).all()), f"{label} n={n}"
