@@ -1,0 +1,89 @@
+"""Chapter 9 kernels on fresh random data with poisoned outputs: INT8 and FP8 quantize/dequantize
+(bit-exact against the references), INT4 conversions (exact), the W4A16 GEMVs (bf16 tolerance),
+shapes that are not multiples of the tiles included."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _bf16_normal(shape):
+    import cupy
+    from kernels import quant as Q
+    return cupy.random.standard_normal(shape, dtype=cupy.float32).astype(Q.BF16)
+
+
+@pytest.mark.parametrize("shape", [(37, 1000), (37, 999), (1, 8), (5, 1), (256, 4096)])
+def test_int8_quant_and_dequant(shape):
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    w = _bf16_normal(shape)
+    q, scale = poisoned(shape, np.int8), poisoned((shape[0],), np.float32)
+    Q.launch_int8_quant(w, q, scale)
+    q_ref, s_ref = Q.int8_reference(w)
+    assert_close(scale, s_ref, dtype="exact", name=f"int8 scale {shape}")
+    assert_close(q, q_ref, dtype="exact", name=f"int8 q {shape}")
+    back = poisoned(shape, Q.BF16)
+    Q.launch_int8_dequant(q, scale, back)
+    assert_close(back, Q.int8_dequant_reference(q_ref, s_ref), dtype="bfloat16", name=f"int8 dequant {shape}")
+    assert float(cupy.abs(back.astype(cupy.float32) - w.astype(cupy.float32)).max()) <= float(scale.max())
+
+
+@pytest.mark.parametrize("shape", [(1823, 781), (7,), (64, 128), (3, 5, 9)])
+def test_fp8_quant_and_dequant(shape):
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    x = _bf16_normal(shape)
+    q, scale = poisoned(shape, np.uint8), poisoned((1,), np.float32)
+    amax = cupy.empty(1, dtype=cupy.uint32)
+    Q.launch_fp8_quant(x, q, scale, amax)
+    q_ref, s_ref = Q.fp8_reference(x)
+    assert float(scale[0]) == float(s_ref)
+    assert_close(q, q_ref, dtype="exact", name=f"fp8 q {shape}")
+    back = poisoned(shape, Q.BF16)
+    Q.launch_fp8_dequant(q, scale, back)
+    assert_close(back, Q.fp8_decode(q_ref) * s_ref, dtype="bfloat16", name=f"fp8 dequant {shape}")
+    assert_close(back, x.astype(cupy.float32), tol=0.05, name=f"fp8 round trip {shape}")
+
+
+@pytest.mark.parametrize("words", [4, 4 * 777, 4 * 65536])
+def test_int4_conversions_are_exact(words):
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    vals = cupy.random.randint(0, 16, words * 8, dtype=cupy.int32).astype(cupy.uint8)
+    sink = cupy.zeros(1, dtype=cupy.uint32)
+    for label, v in Q.CONVERT_VERSIONS.items():
+        packed = Q.pack_nibbles(vals, 0, Q.CONVERT_ORDER[label])
+        dt = np.float16 if "fp16" in label else Q.BF16
+        out = poisoned((words * 8,), dt)
+        v.launch(packed, out, sink, reps=3)
+        assert_close(out, vals.astype(cupy.float32), dtype="exact", name=f"{label} ({words} words)")
+
+
+@pytest.mark.parametrize("K,N", [(128, 8), (384, 1000), (1024, 24), (4096, 4104), (8192, 8192)])
+def test_gemv_versions_match_the_reference(K, N):
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
+    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
+    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    x = _bf16_normal((1, K))
+    qweight, qzeros = Q.pack_gptq(q, z)
+    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    for label, v in Q.GEMV_VERSIONS.items():
+        out = poisoned((1, N), Q.BF16)
+        v.launch(x, qweight, qzeros, s, out)
+        assert_close(out, ref, dtype="bfloat16", name=f"{label} K={K} N={N}")
+
+
+def test_gemv_rejects_partial_groups_on_the_device():
+    import cupy
+    from kernels import quant as Q
+    x = _bf16_normal((1, 200))
+    with pytest.raises(ValueError, match="group size 128"):
+        Q.GEMV_VERSIONS[Q.BEST_GEMV].launch(x, cupy.zeros((25, 64), cupy.int32), cupy.zeros((1, 8), cupy.int32),
+                                             cupy.zeros((1, 64), Q.BF16), cupy.zeros((1, 64), Q.BF16))
