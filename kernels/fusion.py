@@ -288,10 +288,10 @@ CUPY_EXPRESSIONS = {
     "rms_sumsq": "square(add_round_bf16(x, r))",
     "rms_apply": ("float h = add_round_bf16(x, r); ro = float_to_bf16_bits(h); "
                   "y = float_to_bf16_bits(h * rsqrtf(ss * inv_d + eps) * bf16_bits_to_float(w))"),
-    "rope": ("const int D = 2 * half; const int d = (int)(i % D); const long long t = i / ((long long)H * D); "
-             "const int j = d < half ? d : d - half; "
-             "const float c = bf16_bits_to_float(cs[t * half + j]), s = bf16_bits_to_float(sn[t * half + j]); "
-             "const float p = d < half ? -bf16_bits_to_float(x[i + half]) : bf16_bits_to_float(x[i - half]); "
+    "rope": ("const int D = 2 * hd; const int d = (int)(i % D); const long long t = i / ((long long)H * D); "
+             "const int j = d < hd ? d : d - hd; "
+             "const float c = bf16_bits_to_float(cs[t * hd + j]), s = bf16_bits_to_float(sn[t * hd + j]); "
+             "const float p = d < hd ? -bf16_bits_to_float(x[i + hd]) : bf16_bits_to_float(x[i - hd]); "
              "y = float_to_bf16_bits(bf16_bits_to_float(x[i]) * c + p * s)"),
 }
 
@@ -316,7 +316,7 @@ def _cupy_kernels():
                                           preamble=pre),
         "rms_apply": ek("uint16 x, uint16 r, float32 ss, uint16 w, float32 inv_d, float32 eps",
                         "uint16 ro, uint16 y", CUPY_EXPRESSIONS["rms_apply"], "book_rms_apply", preamble=pre),
-        "rope": ek("raw uint16 x, raw uint16 cs, raw uint16 sn, int32 H, int32 half", "uint16 y",
+        "rope": ek("raw uint16 x, raw uint16 cs, raw uint16 sn, int32 H, int32 hd", "uint16 y",
                    CUPY_EXPRESSIONS["rope"], "book_rope", preamble=pre),
     }
 

@@ -325,6 +325,7 @@ def test_cupy_expressions_compile_with_nvrtc():
     """The CuPy route's expressions, wrapped the way CuPy declares their variables (typed scalars for
     element-wise params, pointers for raw params, ptrdiff_t i), compile with NVRTC against the preamble."""
     core = pytest.importorskip("cuda.core")
+    from utils.build import cuda_include_dirs
     e = F.CUPY_EXPRESSIONS
     src = F.cupy_preamble() + f"""
 typedef unsigned short u16;
@@ -338,9 +339,10 @@ extern "C" __global__ void t_apply(const u16* X, const u16* R, const float* SS, 
                                    float eps, u16* RO, u16* Y) {{
     const ptrdiff_t i = threadIdx.x; u16 x = X[i], r = R[i], w = W[i]; float ss = SS[i]; u16 ro, y;
     {e["rms_apply"]}; RO[i] = ro; Y[i] = y; }}
-extern "C" __global__ void t_rope(const u16* x, const u16* cs, const u16* sn, int H, int half, u16* Y) {{
+extern "C" __global__ void t_rope(const u16* x, const u16* cs, const u16* sn, int H, int hd, u16* Y) {{
     const ptrdiff_t i = threadIdx.x; u16 y; {e["rope"]}; Y[i] = y; }}
 """
-    opts = core.ProgramOptions(arch="sm_90", std="c++17")
+    src = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + src   # names CuPy's own headers bring in
+    opts = core.ProgramOptions(arch="sm_90", std="c++17", include_path=list(cuda_include_dirs()))
     obj = core.Program(src, "c++", opts).compile("cubin")
     assert obj.code
