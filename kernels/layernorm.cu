@@ -208,45 +208,53 @@ __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __re
 
 // The versions: the same row machinery with different statistics and access widths. The cluster
 // shape is declared on the kernel (CLUSTER = 1: a cluster of one block, an ordinary launch).
-#define NORM_ARGS const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, \
-                  T* __restrict__ y, int rows, int n, float eps
-#define RMS_ARGS const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int rows, int n, float eps
-#define NORM_TEMPLATE template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
-// Registers: the 16-byte versions aim at 1024 threads per SM (64 registers each) for ITEMS <= 32;
-// the scalar versions, with one load per value, keep the row in up to 128 registers (a block of 512
-// per SM), as does every 64-value layout.
-#define NORM_ATTRS_SCALAR __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)
-#define NORM_ATTRS_VEC16 __global__ void __launch_bounds__(THREADS, ITEMS >= 64 ? 1 : 1024 / THREADS) \
-                         __cluster_dims__(CLUSTER, 1, 1)
+// Registers: the scalar versions (one load per value) may use up to 128 registers per thread (one
+// block of 512 per SM); the 16-byte versions aim at 1024 threads per SM (64 registers each) for
+// ITEMS <= 32, and take 128 registers for the 64-value layout.
 
 // [[snippet: layernorm_v1]]
-NORM_TEMPLATE NORM_ATTRS_SCALAR layernorm_v1_twopass(NORM_ARGS) {
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)
+layernorm_v1_twopass(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                     T* __restrict__ y, int rows, int n, float eps) {
     norm_rows<TWOPASS, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
 }
 // [[/snippet]]
 
 // [[snippet: layernorm_v2]]
-NORM_TEMPLATE NORM_ATTRS_SCALAR layernorm_v2_welford(NORM_ARGS) {
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)
+layernorm_v2_welford(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                     T* __restrict__ y, int rows, int n, float eps) {
     norm_rows<WELFORD, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
 }
 // [[/snippet]]
 
 // [[snippet: layernorm_v3]]
 // Launched with VEC = 16 / sizeof(T): one 16-byte load or store moves 4 fp32 or 8 bf16 values.
-NORM_TEMPLATE NORM_ATTRS_VEC16 layernorm_v3_vec16(NORM_ARGS) {
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, ITEMS >= 64 ? 1 : 1024 / THREADS) __cluster_dims__(CLUSTER, 1, 1)
+layernorm_v3_vec16(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                   T* __restrict__ y, int rows, int n, float eps) {
     static_assert(VEC * sizeof(T) == 16, "v3 moves 16 bytes per access");
     norm_rows<WELFORD, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
 }
 // [[/snippet]]
 
 // [[snippet: rmsnorm_v1]]
-NORM_TEMPLATE NORM_ATTRS_SCALAR rmsnorm_v1_registers(RMS_ARGS) {
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)
+rmsnorm_v1_registers(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int rows, int n,
+                     float eps) {
     norm_rows<RMS, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
 }
 // [[/snippet]]
 
 // [[snippet: rmsnorm_v2]]
-NORM_TEMPLATE NORM_ATTRS_VEC16 rmsnorm_v2_vec16(RMS_ARGS) {
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, ITEMS >= 64 ? 1 : 1024 / THREADS) __cluster_dims__(CLUSTER, 1, 1)
+rmsnorm_v2_vec16(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int rows, int n,
+                 float eps) {
     static_assert(VEC * sizeof(T) == 16, "v2 moves 16 bytes per access");
     norm_rows<RMS, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
 }
