@@ -4,9 +4,9 @@
 //
 //   v0_atomic        one thread per element, each does atomicAdd(out, x[i]): n atomics on one address
 //   v1_interleaved   one element per thread into shared memory, a tree in the block: at level k the
-//                    threads t % 2^(k+1) == 0 add the neighbour 2^k away (divergent warps, bank
-//                    conflicts); each block writes one partial, the host launches again on the
-//                    partials until one value is left
+//                    threads t % 2^(k+1) == 0 add the neighbour 2^k away (the active threads are
+//                    scattered over every warp: divergent warps); each block writes one partial, the
+//                    host launches again on the partials until one value is left
 //   v2_sequential    the same tree with sequential addressing: threads t < s add s[t + s], s halving;
 //                    the active threads are contiguous, whole warps retire together, no conflicts
 //   v3_shuffle       no shared-memory tree: each warp sums its 32 values with shuffles (warp_sum),
@@ -22,6 +22,8 @@
 //
 // bf16 variants (suffix _bf16) of v4-v6 load 8 bf16 per 16 bytes and widen them exactly to fp32.
 // Every kernel runs with blocks of THREADS threads; the result of v1-v6 does not depend on timing.
+// v4-v6 are held to 32 registers (__launch_bounds__(THREADS, 8) where ptxas needs the hint), so that
+// 8 blocks of 256 threads fit on an SM at once: the grid of 8 blocks per SM is one wave.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
