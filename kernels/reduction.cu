@@ -150,6 +150,21 @@ __device__ __forceinline__ float thread_sum(const T* __restrict__ x, long long n
 // [[/snippet]]
 
 // [[snippet: reduce_v4]]
+// Sum of m partials by one block, in a fixed order: thread t adds partial[t], partial[t + 256], ... in
+// that order, 4 loads issued before the adds (partials are few; their latency is what costs). __ldcg
+// reads from L2, so a block never sees a stale L1 copy of another block's partial.
+__device__ __forceinline__ float sum_partials(const float* partial, int m) {
+    float s = 0.f;
+    int i = threadIdx.x;
+    for (; i + 3 * THREADS < m; i += 4 * THREADS) {
+        const float a0 = __ldcg(partial + i), a1 = __ldcg(partial + i + THREADS),
+                    a2 = __ldcg(partial + i + 2 * THREADS), a3 = __ldcg(partial + i + 3 * THREADS);
+        s += a0; s += a1; s += a2; s += a3;
+    }
+    for (; i < m; i += THREADS) s += __ldcg(partial + i);
+    return block_sum(s);
+}
+
 template <typename T>
 __device__ __forceinline__ void reduce_vec(const T* __restrict__ x, float* __restrict__ partial, long long n) {
     const float s = block_sum(thread_sum<T>(x, n));
@@ -165,23 +180,16 @@ reduce_v4_vec_bf16(const __nv_bfloat16* __restrict__ x, float* __restrict__ part
     reduce_vec<__nv_bfloat16>(x, partial, n);
 }
 
-// The second launch: one block sums the m partials, thread t taking t, t + 256, ... in index order.
+// The second launch: one block sums the m partials.
 extern "C" __global__ void __launch_bounds__(THREADS)
 reduce_v4_finish(const float* __restrict__ partial, float* __restrict__ out, int m) {
-    float s = 0.f;
-    for (int i = threadIdx.x; i < m; i += THREADS) s += partial[i];
-    s = block_sum(s);
+    const float s = sum_partials(partial, m);
     if (threadIdx.x == 0) *out = s;
 }
 // [[/snippet]]
 
 // [[snippet: reduce_v5]]
 // counter: one uint32, 0 before the launch and 0 again after it (the last block re-arms it).
-__device__ __forceinline__ float sum_partials(const float* partial, int m) {
-    float s = 0.f;
-    for (int i = threadIdx.x; i < m; i += THREADS) s += __ldcg(partial + i);  // from L2, not a stale L1
-    return block_sum(s);
-}
 
 template <typename T>
 __device__ __forceinline__ void reduce_lastblock(const T* __restrict__ x, float* partial,
