@@ -111,3 +111,12 @@ def test_cached_build_without_ptxas_log_is_rebuilt_for_the_report(tmp_path, monk
     monkeypatch.setattr(b, "_nvrtc", cached_first)
     report = compile_source(KernelSource("k.cu")).report
     assert nonces[0] is None and nonces[1] and report["k"]["registers"] > 0
+
+
+def test_bench_helper_kernels_compile():
+    """The L2 flush and the spin kernel live in utils/bench.py as source; keep them compiling."""
+    from cuda.core import Program, ProgramOptions
+
+    from utils.bench import _FLUSH_SRC
+    obj = Program(_FLUSH_SRC, "c++", ProgramOptions(arch="sm_90")).compile("cubin")
+    assert obj.code[:4] == b"\x7fELF"

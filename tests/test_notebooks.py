@@ -8,7 +8,7 @@ from utils.paths import CHAPTERS, KERNELS
 from utils.show import snippets
 
 NOTEBOOKS = sorted(CHAPTERS.glob("*.ipynb"))
-SHOW = re.compile(r'show\(\s*"([\w.-]+\.cu)"\s*,\s*"([\w.-]+)"\s*\)')
+SHOW = re.compile(r'show\(\s*"([\w./-]+\.cuh?)"\s*,\s*"([\w.-]+)"\s*\)')
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
