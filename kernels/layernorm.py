@@ -260,16 +260,17 @@ def _args(op, x, w, b, y, rows, n, eps):
     return (x, w, b, *tail) if op == "layernorm" else (x, w, *tail)
 
 
-def _launch_naive(op, x, w, b, y, eps):
+def _plan_naive(op, x, w, b, y, eps):
+    """(kernel, grid, block, args) of a v0 launch, after validating every argument."""
     dtype, rows, n = _validate(op, x, w, b, y)
     if rows > MAX_GRID_X:
         raise ValueError(f"x: {rows} rows exceed the grid limit {MAX_GRID_X}")
     fn = function(f"{op}_v0_naive<{DTYPES[dtype]}>")
-    fn((rows, 1, 1), (NAIVE_THREADS, 1, 1), _args(op, x, w, b, y, rows, n, eps))
-    return y
+    return fn, (rows, 1, 1), (NAIVE_THREADS, 1, 1), _args(op, x, w, b, y, rows, n, eps)
 
 
-def _launch_rows(op, kernel, x, w, b, y, eps, layout):
+def _plan_rows(op, kernel, x, w, b, y, eps, layout):
+    """(kernel, grid, block, args) of a v1-v3 launch, after validating every argument."""
     expect_array(x, "x", ndim=2)
     vec = _vec(kernel, _dtype_name(x.dtype))
     dtype, rows, n = _validate(op, x, w, b, y, vec)
@@ -282,17 +283,38 @@ def _launch_rows(op, kernel, x, w, b, y, eps, layout):
     if grid > MAX_GRID_X:
         raise ValueError(f"x: {rows} rows need {grid} blocks, more than the grid limit {MAX_GRID_X}")
     fn = function(name_expression(kernel, dtype, vec, lay))
-    fn((grid, 1, 1), (lay.threads, 1, 1), _args(op, x, w, b, y, rows, n, eps))
-    return y
+    return fn, (grid, 1, 1), (lay.threads, 1, 1), _args(op, x, w, b, y, rows, n, eps)
+
+
+def _plan(op, kernel, x, w, b, y, eps, layout):
+    if kernel.endswith("_v0_naive"):
+        if layout is not None:
+            raise ValueError(f"{kernel} has one fixed layout (a block of {NAIVE_THREADS} threads per row)")
+        return _plan_naive(op, x, w, b, y, eps)
+    return _plan_rows(op, kernel, x, w, b, y, eps, layout)
+
+
+def bind(op: str, label: str, x, w, b, y, eps: float | None = None, layout: Layout | None = None):
+    """Validate once and return a zero-argument callable that only launches ``label`` of ``op``.
+
+    For timing loops: on the smallest shapes a kernel runs for a few microseconds, about as long as the
+    Python-side checks of a launcher, and the GPU must never wait for the CPU between the start event
+    and the kernel. ``b`` is ignored (pass None) for RMSNorm.
+    """
+    kernel = VERSIONS[op][label].kernel
+    eps = (EPS_LN if op == "layernorm" else EPS_RMS) if eps is None else eps
+    fn, grid, block, args = _plan(op, kernel, x, w, b if op == "layernorm" else None, y, eps, layout)
+
+    def launch():
+        fn(grid, block, args)
+    return launch
 
 
 def _ln_launcher(kernel: str):
     def launch(x, w, b, y, eps: float = EPS_LN, layout: Layout | None = None):
-        if kernel == "layernorm_v0_naive":
-            if layout is not None:
-                raise ValueError("layernorm_v0_naive has one fixed layout (a block of 256 threads per row)")
-            return _launch_naive("layernorm", x, w, b, y, eps)
-        return _launch_rows("layernorm", kernel, x, w, b, y, eps, layout)
+        fn, grid, block, args = _plan("layernorm", kernel, x, w, b, y, eps, layout)
+        fn(grid, block, args)
+        return y
     launch.__name__ = f"launch_{kernel}"
     launch.__doc__ = f"Launch {kernel}: y = LayerNorm(x) * w + b over rows of x (rows x n)."
     return launch
@@ -300,11 +322,9 @@ def _ln_launcher(kernel: str):
 
 def _rms_launcher(kernel: str):
     def launch(x, w, y, eps: float = EPS_RMS, layout: Layout | None = None):
-        if kernel == "rmsnorm_v0_naive":
-            if layout is not None:
-                raise ValueError("rmsnorm_v0_naive has one fixed layout (a block of 256 threads per row)")
-            return _launch_naive("rmsnorm", x, w, None, y, eps)
-        return _launch_rows("rmsnorm", kernel, x, w, None, y, eps, layout)
+        fn, grid, block, args = _plan("rmsnorm", kernel, x, w, None, y, eps, layout)
+        fn(grid, block, args)
+        return y
     launch.__name__ = f"launch_{kernel}"
     launch.__doc__ = f"Launch {kernel}: y = RMSNorm(x) * w over rows of x (rows x n)."
     return launch

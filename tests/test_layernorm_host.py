@@ -221,3 +221,14 @@ def test_rows_beyond_the_layouts_are_refused():
         L.LN_VERSIONS["v0_naive"].launch(F((2, 8)), F((8,)), F((8,)), F((2, 8)), layout=L.LAYOUTS[0])
     with pytest.raises(ValueError, match="n below 2\\*\\*24"):
         L.LN_VERSIONS["v0_naive"].launch(F((1, 2**24)), F((2**24,)), F((2**24,)), F((1, 2**24)))
+
+
+def test_bind_validates_before_returning_a_launcher():
+    with pytest.raises(ValueError, match=r"w: expected shape \(8\)"):
+        L.bind("layernorm", "v3_vec16", F((4, 8)), F((9,)), F((8,)), F((4, 8)))
+    with pytest.raises(ValueError, match=r"y: expected shape \(4, 8\)"):
+        L.bind("rmsnorm", "v1_registers", F((4, 8)), F((8,)), None, F((8, 4)))
+    with pytest.raises(ValueError, match="fixed layout"):
+        L.bind("rmsnorm", "v0_naive", F((4, 8)), F((8,)), None, F((4, 8)), layout=L.LAYOUTS[0])
+    with pytest.raises(KeyError):
+        L.bind("layernorm", "v9_missing", F((4, 8)), F((8,)), F((8,)), F((4, 8)))

@@ -110,3 +110,15 @@ def test_every_row_gets_identical_statistics_across_its_threads():
             y = cupy.empty_like(x)
             L.LN_VERSIONS[label].launch(x, w, b, y)
             assert bool((y == b[None, :]).all()), f"{label} n={n}"
+
+
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+def test_bound_launchers_match_the_reference(op):
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    x, w, b = _inputs(64, 4096, "bfloat16", mean=0.5)
+    ref = L.layer_norm_ref(x, w, b) if op == "layernorm" else L.rms_norm_ref(x, w)
+    for label in L.VERSIONS[op]:
+        y = poisoned(x.shape, x.dtype)
+        L.bind(op, label, x, w, b, y)()
+        assert_close(y, ref, dtype="bfloat16", name=f"bound {op} {label}")
