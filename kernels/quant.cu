@@ -14,11 +14,17 @@
 // W4A16 GEMV (batch 1), GPTQ layout: qweight int32 [K/8, N], qzeros int32 [K/128, N/8], scales bf16 [K/128, N]:
 //   w4a16_gemv_v0_naive     32 columns x all K per block, 16-byte weight loads; nibble -> int -> float, fp32 FMA
 //   w4a16_gemv_v1_magic     v0 with the magic-number conversion and bf16x2 math (4 products per fp32 add)
+// W4A16 tensor-core GEMM (Marlin-style, batch 1..64): weights shuffled offline into mma B-fragment order
+// (qmma int32 [N/16, K/64, 32 lanes, 4]), GPTQ qzeros, bf16 scales; A [M, K] bf16, C [M, N] bf16:
+//   w4a16_mma_m16 / _m32    each lane dequantizes one int32 straight into the B fragments of two
+//                           m16n8k16 tiles (lop3 magic, - (128 + z), * s); 8 warps split K by groups;
+//                           next chunk's weights prefetched into registers; partial sums meet in smem
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include "common.cuh"
 #include "int4.cuh"
+#include "mma_sm80.cuh"
 
 // Block-wide max of non-negative floats for 256 threads; every thread gets the result.
 __device__ __forceinline__ float block_max_256(float v, float* red /* [8] in smem */) {
@@ -392,5 +398,138 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magi
         }
     }
     gemv_reduce_store(acc, out, N);
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// W4A16 tensor-core GEMM, Marlin-style: C [M, N] = A [M, K] @ dequant(W), M up to 64 (grid.y over 32 rows).
+// qmma [N/16, K/64, 32, 4] int32: word j of lane l = (g, t) for n16 tile nt and k64 chunk kc covers the
+// k16 tile kt = 4 kc + j; its nibbles i = 0..7 hold W[16 kt + dk_i][16 nt + dn_i] with
+//   dk = (2t, 2t+8, 2t, 2t+8, 2t+1, 2t+9, 2t+1, 2t+9),  dn = (g, g, g+8, g+8, g, g, g+8, g+8),
+// so the lop3 pairs (i, i+4) are exactly the B registers b0, b1 of the n8 tiles at columns g and g + 8.
+// Block: 256 threads = 8 warps, 64 columns (4 n16 tiles) x MT m16 tiles; warp w takes groups w, w + 8, ...
+// Requires K % 128 == 0 and N % 16 == 0.
+// ---------------------------------------------------------------------------------------------------
+#define TC_WARPS 8
+#define TC_NT 4                        // n16 tiles per block
+
+// [[snippet: w4a16_mma]]
+template <int MT>
+__device__ __forceinline__ void w4a16_mma_body(
+    const uint4* __restrict__ qmma,             // [N/16, K/64, 32, 4] int32 as [N/16, K/64, 32] uint4
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ A,        // [M, K]
+    __nv_bfloat16* __restrict__ C,              // [M, N]
+    int M, int K, int N) {
+    __shared__ float red[MT * 16][TC_NT * 16];  // [32 rows, 64 columns] fp32: the warps' sum
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int nt0 = blockIdx.x * TC_NT;         // first n16 tile of this block
+    const int m0 = blockIdx.y * 16 * MT;        // first row of this block
+    const int ntiles = N / 16, kchunks = K / 64, groups = K / GROUP;
+    for (int i = threadIdx.x; i < MT * 16 * TC_NT * 16; i += blockDim.x) (&red[0][0])[i] = 0.f;
+
+    float acc[MT][TC_NT][2][4];                 // [m16 tile][n16 tile][n8 half][fragment]
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < TC_NT; ++nt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mt][nt][h][e] = 0.f;
+
+#define LOAD_CHUNK(KC, WQ)                                                                           \
+    _Pragma("unroll") for (int nt = 0; nt < TC_NT; ++nt)                                             \
+        WQ[nt] = (nt0 + nt < ntiles) ? __ldcs(qmma + ((size_t)(nt0 + nt) * kchunks + (KC)) * 32 + lane) \
+                                     : make_uint4(0u, 0u, 0u, 0u);
+    uint4 wq[TC_NT], wq_next[TC_NT];                  // [4 n16 tiles] x 4 k16 words, this chunk and the next
+    if (warp < groups) { LOAD_CHUNK(2 * warp, wq) }
+
+    for (int grp = warp; grp < groups; grp += TC_WARPS) {
+        // (s, s) and (128 + z, 128 + z) of this lane's columns g and g + 8 in each n16 tile
+        __nv_bfloat162 sb[TC_NT][2], zb[TC_NT][2];
+#pragma unroll
+        for (int nt = 0; nt < TC_NT; ++nt) {
+            const int n16 = min(nt0 + nt, ntiles - 1);   // clamped in bounds; tiles past N are never stored
+            const int ca = n16 * 16 + g;
+            const __nv_bfloat16 sa = scales[(size_t)grp * N + ca], sc = scales[(size_t)grp * N + ca + 8];
+            sb[nt][0] = __halves2bfloat162(sa, sa);
+            sb[nt][1] = __halves2bfloat162(sc, sc);
+            const unsigned zw0 = qzeros[(size_t)grp * (N / 8) + 2 * n16];       // z of columns 16 n16 .. +7
+            const unsigned zw1 = qzeros[(size_t)grp * (N / 8) + 2 * n16 + 1];   // z of columns 16 n16 + 8 .. +15
+            zb[nt][0] = u32_as_bf162(bf16x2_biased_zero((zw0 >> (4 * g)) & 0xfu));
+            zb[nt][1] = u32_as_bf162(bf16x2_biased_zero((zw1 >> (4 * g)) & 0xfu));
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {                   // the two k64 chunks of the group
+            const int kc = 2 * grp + half;
+            const int kc_next = half == 0 ? kc + 1 : kc + 2 * TC_WARPS - 1;
+            if (kc_next < kchunks) { LOAD_CHUNK(kc_next, wq_next) }   // prefetch while this chunk computes
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {                        // k16 tiles of the chunk
+                const int k0 = kc * 64 + j * 16;
+                unsigned a[MT][4];                               // A fragments, rows beyond M read as 0
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const int r0 = m0 + mt * 16 + g, r1 = r0 + 8;
+                    const unsigned* A0 = reinterpret_cast<const unsigned*>(A + (size_t)min(r0, M - 1) * K + k0 + 2 * t);
+                    const unsigned* A1 = reinterpret_cast<const unsigned*>(A + (size_t)min(r1, M - 1) * K + k0 + 2 * t);
+                    a[mt][0] = r0 < M ? __ldg(A0) : 0u;
+                    a[mt][1] = r1 < M ? __ldg(A1) : 0u;
+                    a[mt][2] = r0 < M ? __ldg(A0 + 4) : 0u;              // + 8 bf16
+                    a[mt][3] = r1 < M ? __ldg(A1 + 4) : 0u;
+                }
+#pragma unroll
+                for (int nt = 0; nt < TC_NT; ++nt) {
+                    const unsigned w = j == 0 ? wq[nt].x : j == 1 ? wq[nt].y : j == 2 ? wq[nt].z : wq[nt].w;
+                    unsigned b[4];
+                    int4x8_to_bf16x8_biased(w, b);               // b[0], b[1]: columns g; b[2], b[3]: g + 8
+                    const unsigned b00 = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[0]), zb[nt][0]), sb[nt][0]));
+                    const unsigned b01 = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[1]), zb[nt][0]), sb[nt][0]));
+                    const unsigned b10 = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[2]), zb[nt][1]), sb[nt][1]));
+                    const unsigned b11 = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[3]), zb[nt][1]), sb[nt][1]));
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        mma_m16n8k16_bf16(acc[mt][nt][0], a[mt], b00, b01);
+                        mma_m16n8k16_bf16(acc[mt][nt][1], a[mt], b10, b11);
+                    }
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < TC_NT; ++nt) wq[nt] = wq_next[nt];
+        }
+    }
+    __syncthreads();                                             // red is zeroed
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < TC_NT; ++nt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int col = nt * 16 + h * 8 + 2 * t, row = mt * 16 + g;
+                atomicAdd(&red[row][col], acc[mt][nt][h][0]);
+                atomicAdd(&red[row][col + 1], acc[mt][nt][h][1]);
+                atomicAdd(&red[row + 8][col], acc[mt][nt][h][2]);
+                atomicAdd(&red[row + 8][col + 1], acc[mt][nt][h][3]);
+            }
+    __syncthreads();
+    for (int i = threadIdx.x; i < MT * 16 * TC_NT * 16; i += blockDim.x) {
+        const int row = i / (TC_NT * 16), col = i % (TC_NT * 16);
+        const int m = m0 + row, n = nt0 * 16 + col;
+        if (m < M && n < N) C[(size_t)m * N + n] = __float2bfloat16_rn(red[row][col]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) w4a16_mma_m16(
+    const uint4* __restrict__ qmma, const unsigned* __restrict__ qzeros, const __nv_bfloat16* __restrict__ scales,
+    const __nv_bfloat16* __restrict__ A, __nv_bfloat16* __restrict__ C, int M, int K, int N) {
+    w4a16_mma_body<1>(qmma, qzeros, scales, A, C, M, K, N);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) w4a16_mma_m32(
+    const uint4* __restrict__ qmma, const unsigned* __restrict__ qzeros, const __nv_bfloat16* __restrict__ scales,
+    const __nv_bfloat16* __restrict__ A, __nv_bfloat16* __restrict__ C, int M, int K, int N) {
+    w4a16_mma_body<2>(qmma, qzeros, scales, A, C, M, K, N);
 }
 // [[/snippet]]

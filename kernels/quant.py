@@ -379,6 +379,87 @@ GEMV_VERSIONS = registry(
 BEST_GEMV = "v1_magic"
 
 
+# --- W4A16 tensor-core GEMM (Marlin-style) ---------------------------------------------------------
+
+MMA_COLS = 64                              # columns per block (4 n16 tiles)
+
+
+def mma_fragment_map():
+    """(dk, dn) [32 lanes, 8 nibbles]: nibble i of lane (g, t)'s word for a k16 x n16 tile holds
+    W[16 kt + dk[lane, i], 16 nt + dn[lane, i]]. Pairs (i, i + 4) are the B registers of mma.m16n8k16:
+    (0, 4) = b0 and (1, 5) = b1 of the n8 tile at column g; (2, 6), (3, 7) the same at column g + 8."""
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    dk = np.stack([2 * t, 2 * t + 8, 2 * t, 2 * t + 8, 2 * t + 1, 2 * t + 9, 2 * t + 1, 2 * t + 9], axis=1)
+    dn = np.stack([g, g, g + 8, g + 8, g, g, g + 8, g + 8], axis=1)
+    return dk, dn
+
+
+def pack_mma(q):
+    """Offline shuffle of INT4 codes q [K, N] into mma B-fragment order: int32 [N/16, K/64, 32, 4].
+
+    Word j of lane l in (n16 tile nt, k64 chunk kc) covers the k16 tile 4 kc + j (see mma_fragment_map)."""
+    xp = _xp(q)
+    K, N = q.shape
+    if K % 64 or N % 16:
+        raise ValueError(f"pack_mma needs K % 64 == 0 and N % 16 == 0, got K={K}, N={N}")
+    dk, dn = (xp.asarray(a) for a in mma_fragment_map())
+    q4 = q.reshape(K // 16, 16, N // 16, 16)                       # [kt, dk, nt, dn]
+    vals = q4[:, dk, :, dn].astype(xp.uint32)                      # [32, 8, K/16, N/16]
+    words = xp.zeros((32, K // 16, N // 16), dtype=xp.uint32)
+    for i in range(8):
+        words |= (vals[:, i] & 0xF) << (4 * i)
+    words = words.reshape(32, K // 64, 4, N // 16).transpose(3, 1, 0, 2)   # [N/16, K/64, 32, 4]
+    return xp.ascontiguousarray(words).view(xp.int32)
+
+
+def mma_check_shapes(M: int, K: int, N: int, group: int = GROUP) -> None:
+    if M < 1 or K < 1 or N < 1:
+        raise ValueError(f"expected M, K, N >= 1, got M={M}, K={K}, N={N}")
+    if K % group:
+        raise ValueError(f"K = {K} is not a multiple of the group size {group}: INT4 group quantization "
+                         "needs whole groups along K")
+    if N % 16:
+        raise ValueError(f"N = {N} is not a multiple of 16: the weights are shuffled in 16-column mma tiles")
+    if M * K >= 2**31 or M * N >= 2**31 or K * N // 8 >= 2**31:
+        raise ValueError(f"M, K, N = {M}, {K}, {N} are too large for the int32 indexing of this kernel")
+
+
+def mma_kernel_and_grid(M: int, N: int):
+    """The kernel (16 or 32 rows per block) and its grid for an M x N output."""
+    if M <= 16:
+        return "w4a16_mma_m16", (ceil_div(N, MMA_COLS), ceil_div(M, 16), 1)
+    return "w4a16_mma_m32", (ceil_div(N, MMA_COLS), ceil_div(M, 32), 1)
+
+
+def launch_mma(a, qmma, qzeros, scales, out):
+    """out (M, N) bf16 = a (M, K) bf16 @ dequant(qmma, qzeros, scales) on tensor cores (mma.sync)."""
+    bf16 = _bf16()
+    expect_array(a, "a", dtype=bf16, ndim=2)
+    M, K = (int(s) for s in a.shape)
+    expect_array(qmma, "qmma", dtype=np.int32, ndim=4)
+    N = int(qmma.shape[0]) * 16
+    mma_check_shapes(M, K, N)
+    expect_array(qmma, "qmma", dtype=np.int32, shape=(N // 16, K // 64, 32, 4))
+    expect_array(qzeros, "qzeros", dtype=np.int32, shape=(K // GROUP, N // 8))
+    expect_array(scales, "scales", dtype=bf16, shape=(K // GROUP, N))
+    expect_array(out, "out", dtype=bf16, shape=(M, N))
+    expect_same_device(a, qmma, qzeros, scales, out)
+    kernel, grid = mma_kernel_and_grid(M, N)
+    SOURCE.function(kernel)(grid, (THREADS, 1, 1),
+                            (qmma, qzeros, scales, a, out, np.int32(M), np.int32(K), np.int32(N)))
+    return out
+
+
+def gemm_nbytes(M: int, K: int, N: int, group: int = GROUP) -> int:
+    """W4A16 GEMM: packed weights + scales + packed zeros + bf16 A and C."""
+    return K * N // 2 + (K // group) * N * 2 + (K // group) * N // 2 + M * K * 2 + M * N * 2
+
+
+def gemm_bf16_nbytes(M: int, K: int, N: int) -> int:
+    return K * N * 2 + M * K * 2 + M * N * 2
+
+
 def gemv_reference(x, qweight, qzeros, scales):
     """out (1, N) float32 = x @ dequantized W, from the packed GPTQ tensors (NumPy or CuPy)."""
     xp = _xp(qweight)

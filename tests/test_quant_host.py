@@ -314,3 +314,72 @@ def test_gemv_v1_numerics_stay_inside_the_bf16_tolerance(rng):
     ref = x @ (d * np.repeat(s, Q.GROUP, 0))
     rel = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert rel < 0.5e-2, rel                                         # half the bf16 tolerance (1e-2)
+
+
+# --- the tensor-core GEMM's fragment shuffle ---------------------------------------------------------
+
+def _unshuffle_like_the_kernel(qmma, K, N):
+    """Rebuild W's codes from qmma the way w4a16_mma reads them: word j of lane (g, t) in (nt, kc) is
+    k16 tile 4 kc + j; lop3 pair (i, i+4) = (low, high) half of register b[i]; b[0], b[1] are b0, b1 of the
+    n8 tile at column 16 nt + g, b[2], b[3] those at 16 nt + 8 + g; PTX: b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]."""
+    W = -np.ones((K, N), np.int64)
+    words = qmma.view(np.uint32)
+    for nt in range(N // 16):
+        for kc in range(K // 64):
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                for j in range(4):
+                    w = int(words[nt, kc, lane, j])
+                    nib = [(w >> (4 * i)) & 15 for i in range(8)]
+                    k0, n0 = (4 * kc + j) * 16, nt * 16
+                    for reg, (col, krow) in enumerate([(g, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t), (g + 8, 2 * t + 8)]):
+                        W[k0 + krow, n0 + col] = nib[reg]          # low half of b[reg]
+                        W[k0 + krow + 1, n0 + col] = nib[reg + 4]  # high half
+    return W
+
+
+@pytest.mark.parametrize("K,N", [(128, 16), (256, 48)])
+def test_mma_shuffle_matches_the_fragment_layout(rng, K, N):
+    q = rng.integers(0, 16, (K, N)).astype(np.uint8)
+    qmma = Q.pack_mma(q)
+    assert qmma.shape == (N // 16, K // 64, 32, 4) and qmma.dtype == np.int32 and qmma.flags.c_contiguous
+    assert np.array_equal(_unshuffle_like_the_kernel(qmma, K, N), q)
+
+
+def test_mma_zero_indexing_matches_gptq_qzeros(rng):
+    # the kernel reads z of column 16 n16 + g from qzeros[grp, 2 n16] nibble g, and of 16 n16 + 8 + g from
+    # qzeros[grp, 2 n16 + 1] nibble g
+    z = rng.integers(0, 16, (3, 64)).astype(np.uint8)
+    qz = Q.pack_nibbles(z, 1).view(np.uint32)
+    for grp in range(3):
+        for n16 in range(4):
+            for g in range(8):
+                assert (int(qz[grp, 2 * n16]) >> (4 * g)) & 15 == z[grp, 16 * n16 + g]
+                assert (int(qz[grp, 2 * n16 + 1]) >> (4 * g)) & 15 == z[grp, 16 * n16 + 8 + g]
+
+
+def test_mma_kernel_choice_grid_and_shape_rules():
+    assert Q.mma_kernel_and_grid(16, 8192) == ("w4a16_mma_m16", (128, 1, 1))
+    assert Q.mma_kernel_and_grid(5, 48) == ("w4a16_mma_m16", (1, 1, 1))
+    assert Q.mma_kernel_and_grid(32, 8192) == ("w4a16_mma_m32", (128, 1, 1))
+    assert Q.mma_kernel_and_grid(64, 8192) == ("w4a16_mma_m32", (128, 2, 1))
+    assert Q.mma_kernel_and_grid(37, 80) == ("w4a16_mma_m32", (2, 2, 1))
+    for M, K, N, msg in [(0, 128, 16, "M, K, N >= 1"), (16, 192, 16, "group size"), (16, 128, 24, "multiple of 16")]:
+        with pytest.raises(ValueError, match=msg):
+            Q.mma_check_shapes(M, K, N)
+    with pytest.raises(ValueError, match="K % 64"):
+        Q.pack_mma(np.zeros((96, 16), np.uint8))
+
+
+def test_mma_launcher_rejects_bad_arguments():
+    K, N, M = 256, 64, 16
+    good = dict(a=FakeDeviceArray((M, K), BF16), qmma=FakeDeviceArray((N // 16, K // 64, 32, 4), np.int32),
+                qzeros=FakeDeviceArray((K // 128, N // 8), np.int32), scales=FakeDeviceArray((K // 128, N), BF16),
+                out=FakeDeviceArray((M, N), BF16))
+    cases = [(dict(a=FakeDeviceArray((M, 200), BF16)), "group size 128"),
+             (dict(qmma=FakeDeviceArray((4, 3, 32, 4), np.int32)), r"expected shape \(4, 4, 32, 4\)"),
+             (dict(out=FakeDeviceArray((M, N), np.float16)), "dtype bfloat16"),
+             (dict(scales=FakeDeviceArray((2, 32), BF16)), r"expected shape \(2, 64\)")]
+    for override, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            Q.launch_mma(**dict(good, **override))

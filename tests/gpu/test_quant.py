@@ -87,3 +87,21 @@ def test_gemv_rejects_partial_groups_on_the_device():
     with pytest.raises(ValueError, match="group size 128"):
         Q.GEMV_VERSIONS[Q.BEST_GEMV].launch(x, cupy.zeros((25, 64), cupy.int32), cupy.zeros((1, 8), cupy.int32),
                                              cupy.zeros((1, 64), Q.BF16), cupy.zeros((1, 64), Q.BF16))
+
+
+@pytest.mark.parametrize("K,N", [(128, 16), (384, 80), (8192, 8192)])
+def test_mma_gemm_matches_the_reference(K, N):
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
+    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
+    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    _, qzeros = Q.pack_gptq(q, z)
+    qmma = Q.pack_mma(q)
+    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)   # what the kernel's B fragments hold
+    for M in (1, 5, 16, 32, 37, 64):
+        a = _bf16_normal((M, K))
+        out = poisoned((M, N), Q.BF16)
+        Q.launch_mma(a, qmma, qzeros, s, out)
+        assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"w4a16 mma M={M} K={K} N={N}")
