@@ -120,3 +120,14 @@ def test_bench_helper_kernels_compile():
     from utils.bench import _FLUSH_SRC
     obj = Program(_FLUSH_SRC, "c++", ProgramOptions(arch="sm_90")).compile("cubin")
     assert obj.code[:4] == b"\x7fELF"
+
+
+def test_ptx_without_a_driver(tmp_path, monkeypatch):
+    import utils.build as b
+    (tmp_path / "k.cu").write_text('template <int N> __global__ void k(float4* y) { y[threadIdx.x].x *= N; }\n')
+    monkeypatch.setattr(b, "KERNELS", tmp_path)
+    text = b.ptx(KernelSource("k.cu", name_expressions=("k<3>",)))
+    assert ".entry _Z1kILi3EEvP6float4" in text
+    (tmp_path / "bad.cu").write_text("__global__ void k() { syntax error }\n")
+    with pytest.raises(CompileError, match="bad.cu"):
+        b.ptx(KernelSource("bad.cu"))

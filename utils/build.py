@@ -274,12 +274,33 @@ class _NamedModule:
 
 
 def ptx(src: KernelSource) -> str:
-    """The PTX NVRTC emits for ``src`` (no GPU needed)."""
-    from cuda.core import Program
-    opts = src.program_options(src.arch(), ptxas_verbose=False)
-    obj = Program(src.path.read_text(), "c++", opts).compile("ptx", name_expressions=src.name_expressions or ())
-    code = obj.code
-    return code.decode() if isinstance(code, bytes) else code
+    """The PTX NVRTC emits for ``src``. Calls NVRTC directly: cuda.core asks the driver for its
+    version when it emits PTX, and a machine without a GPU has no driver."""
+    from cuda.bindings import nvrtc
+
+    def ok(ret):
+        err, *rest = ret if isinstance(ret, tuple) else (ret,)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"{src.file}: NVRTC error {err}")
+        return rest[0] if len(rest) == 1 else rest
+
+    opts = src.program_options(src.arch(), ptxas_verbose=False).as_bytes("nvrtc")
+    prog = ok(nvrtc.nvrtcCreateProgram(src.path.read_bytes(), src.file.encode(), 0, [], []))
+    try:
+        for expr in src.name_expressions:
+            ok(nvrtc.nvrtcAddNameExpression(prog, expr.encode()))
+        err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            size = ok(nvrtc.nvrtcGetProgramLogSize(prog))
+            log = b" " * size
+            ok(nvrtc.nvrtcGetProgramLog(prog, log))
+            raise CompileError(f"{src.file} failed to compile:\n{log.decode(errors='replace')}")
+        size = ok(nvrtc.nvrtcGetPTXSize(prog))
+        buf = b" " * size
+        ok(nvrtc.nvrtcGetPTX(prog, buf))
+        return buf.rstrip(b"\x00").decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
 
 
 def sass(src: KernelSource, kernel: str | None = None) -> str:
