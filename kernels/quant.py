@@ -404,12 +404,12 @@ def pack_mma(q):
     if K % 64 or N % 16:
         raise ValueError(f"pack_mma needs K % 64 == 0 and N % 16 == 0, got K={K}, N={N}")
     dk, dn = (xp.asarray(a) for a in mma_fragment_map())
-    q4 = q.reshape(K // 16, 16, N // 16, 16)                       # [kt, dk, nt, dn]
-    vals = q4[:, dk, :, dn].astype(xp.uint32)                      # [32, 8, K/16, N/16]
-    words = xp.zeros((32, K // 16, N // 16), dtype=xp.uint32)
+    q4 = q.reshape(K // 16, 16, N // 16, 16).transpose(0, 2, 1, 3)   # [kt, nt, dk, dn]
+    vals = q4[:, :, dk, dn].astype(xp.uint32)                        # [K/16, N/16, 32 lanes, 8 nibbles]
+    words = xp.zeros((K // 16, N // 16, 32), dtype=xp.uint32)
     for i in range(8):
-        words |= (vals[:, i] & 0xF) << (4 * i)
-    words = words.reshape(32, K // 64, 4, N // 16).transpose(3, 1, 0, 2)   # [N/16, K/64, 32, 4]
+        words |= (vals[..., i] & 0xF) << (4 * i)
+    words = words.reshape(K // 64, 4, N // 16, 32).transpose(2, 0, 3, 1)   # [N/16, K/64, 32, 4]
     return xp.ascontiguousarray(words).view(xp.int32)
 
 
