@@ -383,3 +383,161 @@ def test_mma_launcher_rejects_bad_arguments():
     for override, msg in cases:
         with pytest.raises(ValueError, match=msg):
             Q.launch_mma(**dict(good, **override))
+
+
+# --- line-by-line ports of the GEMV and GEMM index arithmetic (exact integer math, no rounding) -------
+
+def _port_gemv(qweight, qzeros, scales, x, K, N):
+    """w4a16_gemv_v0's indexing in Python: grid, lanes, K-slices, groups, rows, nibbles, reduction."""
+    qw = qweight.view(np.uint32).reshape(-1)             # as the kernel's flat uint4 array, 4 words each
+    qz = qzeros.view(np.uint32).reshape(-1)
+    sc = scales.reshape(-1)
+    out = np.full(N, np.nan)
+    for bx in range((N + 31) // 32):
+        red = np.zeros((32, 33))
+        for tid in range(256):
+            lane_c, ks = tid & 7, tid >> 3
+            n = bx * 32 + lane_c * 4
+            acc = np.zeros(4)
+            if n < N:
+                for g in range(ks, K // 128, 32):
+                    zw = int(qz[g * (N // 8) + (n >> 3)]) >> ((n & 7) * 4)
+                    z = [(zw >> (4 * c)) & 15 for c in range(4)]
+                    gacc = np.zeros(4)
+                    for half in range(2):
+                        r0 = g * 16 + half * 8
+                        for r in range(8):
+                            u4 = (r0 + r) * (N // 4) + (n >> 2)            # uint4 index
+                            words = qw[4 * u4:4 * u4 + 4]
+                            xs = x[8 * (r0 + r):8 * (r0 + r) + 8]
+                            for c in range(4):
+                                for i in range(8):
+                                    gacc[c] += (((int(words[c]) >> (4 * i)) & 15) - z[c]) * xs[i]
+                    for c in range(4):
+                        acc[c] += gacc[c] * sc[g * N + n + c]
+            for c in range(4):
+                red[ks, lane_c * 4 + c] = acc[c]
+        for tid in range(32):
+            col = bx * 32 + tid
+            if col < N:
+                out[col] = red[:, tid].sum()
+    return out
+
+
+def test_gemv_index_arithmetic_port(rng):
+    K, N = 384, 40
+    q = rng.integers(0, 16, (K, N)).astype(np.uint8)
+    z = rng.integers(0, 16, (K // 128, N)).astype(np.uint8)
+    s = rng.integers(1, 4, (K // 128, N)).astype(np.float64)
+    x = rng.integers(-3, 4, K).astype(np.float64)
+    qw, qz = Q.pack_gptq(q, z)
+    ref = x @ ((q - np.repeat(z, 128, 0).astype(np.float64)) * np.repeat(s, 128, 0))
+    assert np.array_equal(_port_gemv(qw, qz, s, x, K, N), ref)
+
+
+def _mma(a_regs, b_regs, d_regs):
+    """One warp's mma.m16n8k16 on fragments held as values: a_regs[lane] = 4 pairs, b_regs[lane] = 2 pairs,
+    d_regs[lane] = 4 floats (updated in place), with the PTX fragment layout."""
+    A = np.zeros((16, 16))
+    B = np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for reg, (row, col) in enumerate([(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
+            A[row, col], A[row, col + 1] = a_regs[lane][reg]
+        for reg, krow in enumerate([2 * t, 2 * t + 8]):
+            B[krow, g], B[krow + 1, g] = b_regs[lane][reg]
+    D = A @ B
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        d = d_regs[lane]
+        d[0] += D[g, 2 * t]
+        d[1] += D[g, 2 * t + 1]
+        d[2] += D[g + 8, 2 * t]
+        d[3] += D[g + 8, 2 * t + 1]
+
+
+def _port_mma(qmma, qzeros, scales, A, M, K, N):
+    """w4a16_mma_body's indexing in Python (exact integer math): blocks, warps, chunks, fragments, smem sum."""
+    kernel, (gx, gy, _) = Q.mma_kernel_and_grid(M, N)
+    MT = 1 if kernel.endswith("m16") else 2
+    words_flat = qmma.view(np.uint32).reshape(-1)
+    qz = qzeros.view(np.uint32).reshape(-1)
+    sc = scales.reshape(-1)
+    Af = A.reshape(-1)
+    C = np.full((M, N), np.nan)
+    ntiles, kchunks, groups = N // 16, K // 64, K // 128
+    for by in range(gy):
+        for bx in range(gx):
+            nt0, m0 = bx * 4, by * 16 * MT
+            red = np.zeros((MT * 16, 64))
+            for warp in range(8):
+                acc = [[[[np.zeros(4) for _ in range(32)] for _ in range(2)] for _ in range(4)] for _ in range(MT)]
+                for grp in range(warp, groups, 8):
+                    sb, zb = {}, {}
+                    for lane in range(32):
+                        g = lane >> 2
+                        for nt in range(4):
+                            n16 = min(nt0 + nt, ntiles - 1)
+                            ca = n16 * 16 + g
+                            sb[lane, nt] = (sc[grp * N + ca], sc[grp * N + ca + 8])
+                            zw0, zw1 = int(qz[grp * (N // 8) + 2 * n16]), int(qz[grp * (N // 8) + 2 * n16 + 1])
+                            zb[lane, nt] = (128 + ((zw0 >> (4 * g)) & 15), 128 + ((zw1 >> (4 * g)) & 15))
+                    for half in range(2):
+                        kc = 2 * grp + half
+                        for j in range(4):
+                            k0 = kc * 64 + j * 16
+                            a = {}
+                            for lane in range(32):
+                                g, t = lane >> 2, lane & 3
+                                for mt in range(MT):
+                                    r0 = m0 + mt * 16 + g
+                                    r1 = r0 + 8
+                                    base0 = min(r0, M - 1) * K + k0 + 2 * t
+                                    base1 = min(r1, M - 1) * K + k0 + 2 * t
+                                    pair = lambda base, ok, off: (Af[base + off], Af[base + off + 1]) if ok else (0, 0)
+                                    a[lane, mt] = [pair(base0, r0 < M, 0), pair(base1, r1 < M, 0),
+                                                   pair(base0, r0 < M, 8), pair(base1, r1 < M, 8)]
+                            for nt in range(4):
+                                bregs = {0: [], 1: []}
+                                for lane in range(32):
+                                    if nt0 + nt < ntiles:
+                                        w = int(words_flat[(((nt0 + nt) * kchunks + kc) * 32 + lane) * 4 + j])
+                                    else:
+                                        w = 0
+                                    b = [((w >> (4 * i)) & 15) + 128 for i in range(8)]   # b[i] low, b[i+4] high
+                                    za, zc = zb[lane, nt]
+                                    sa, scc = sb[lane, nt]
+                                    bregs[0].append([((b[0] - za) * sa, (b[4] - za) * sa), ((b[1] - za) * sa, (b[5] - za) * sa)])
+                                    bregs[1].append([((b[2] - zc) * scc, (b[6] - zc) * scc), ((b[3] - zc) * scc, (b[7] - zc) * scc)])
+                                for mt in range(MT):
+                                    for h in range(2):
+                                        _mma([a[lane, mt] for lane in range(32)], bregs[h], acc[mt][nt][h])
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    for mt in range(MT):
+                        for nt in range(4):
+                            for h in range(2):
+                                col, row = nt * 16 + h * 8 + 2 * t, mt * 16 + g
+                                d = acc[mt][nt][h][lane]
+                                red[row, col] += d[0]
+                                red[row, col + 1] += d[1]
+                                red[row + 8, col] += d[2]
+                                red[row + 8, col + 1] += d[3]
+            for i in range(MT * 16 * 64):
+                row, col = i // 64, i % 64
+                m, n = m0 + row, nt0 * 16 + col
+                if m < M and n < N:
+                    C[m, n] = red[row, col]
+    return C
+
+
+@pytest.mark.parametrize("M", [5, 37])
+def test_mma_index_arithmetic_port(rng, M):
+    K, N = 256, 80
+    q = rng.integers(0, 16, (K, N)).astype(np.uint8)
+    z = rng.integers(0, 16, (K // 128, N)).astype(np.uint8)
+    s = rng.integers(1, 4, (K // 128, N)).astype(np.float64)
+    A = rng.integers(-3, 4, (M, K)).astype(np.float64)
+    _, qz = Q.pack_gptq(q, z)
+    ref = A @ ((q - np.repeat(z, 128, 0).astype(np.float64)) * np.repeat(s, 128, 0))
+    assert np.array_equal(_port_mma(Q.pack_mma(q), qz, s, A, M, K, N), ref)
