@@ -32,3 +32,15 @@ def test_roofline_needs_flops_and_bytes():
         roofline([e], {"copy": 1.0})
     ax = bandwidth_bars([e], copy_gbps=1e-5)
     assert len(ax.patches) == 1
+
+
+def test_labels_tell_apart_ops_and_shapes():
+    from utils.roofline import _labels
+    a = make_entry(chapter="9", op="gemv", impl="cublas_bf16", dtype="b", shape=(1, 8), ms=1.0, run="r",
+                   nbytes=1, is_peer=True)
+    b = make_entry(chapter="9", op="gemm", impl="cublas_bf16", dtype="b", shape=(16, 8), ms=1.0, run="r",
+                   nbytes=1, is_peer=True)
+    c = make_entry(chapter="9", op="gemm", impl="cublas_bf16", dtype="b", shape=(32, 8), ms=1.0, run="r",
+                   nbytes=1, is_peer=True)
+    assert _labels([a, b, c]) == ["gemv: cublas_bf16 (peer)", "gemm: cublas_bf16 16x8 (peer)",
+                                  "gemm: cublas_bf16 32x8 (peer)"]

@@ -11,9 +11,17 @@ def _label(e: dict, with_shape: bool = False) -> str:
 
 
 def _labels(entries) -> list[str]:
-    """Labels that tell entries apart: the shape is added where one impl appears more than once."""
-    impls = [e["impl"] for e in entries]
-    return [_label(e, impls.count(e["impl"]) > 1) for e in entries]
+    """Labels that tell entries apart: the op is added where one impl name serves several ops, the
+    shape where one impl appears more than once within an op."""
+    ops_of: dict[str, set] = {}
+    for e in entries:
+        ops_of.setdefault(e["impl"], set()).add(e["op"])
+    keys = [(e["op"], e["impl"]) for e in entries]
+    out = []
+    for e, k in zip(entries, keys):
+        name = _label(e, keys.count(k) > 1)
+        out.append(f"{e['op']}: {name}" if len(ops_of[e["impl"]]) > 1 else name)
+    return out
 
 
 def _place_labels(ax, xs, ys, names, fontsize: float = 8) -> None:
