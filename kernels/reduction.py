@@ -10,7 +10,6 @@ an error that depends on how the additions are arranged.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
@@ -143,18 +142,12 @@ def check_sum(got: float, ref: float, bound: float, name: str = "sum") -> float:
 
 # --- kernels and scratch buffers -------------------------------------------------------------------
 
-_fns: dict = {}
 _scratch: dict = {}
 
 
 def kernel(name: str):
-    """SOURCE.function(name), kept per version of the .cu file: a timed launch does a dictionary
-    lookup and one stat, no more."""
-    key = (name, os.stat(SOURCE.path).st_mtime_ns)
-    fn = _fns.get(key)
-    if fn is None:
-        fn = _fns[key] = SOURCE.function(name)
-    return fn
+    """The CuPy kernel ``name`` (KernelSource.function is itself cheap per launch)."""
+    return SOURCE.function(name)
 
 
 def scratch(name: str, size: int, dtype=np.float32):
