@@ -147,7 +147,7 @@ def ledger_rope(T: int, Hq: int, Hk: int, D: int) -> dict:
     tab = T * D * 2                                     # one full [T, D] bf16 table
     for name, H in (("q", Hq), ("k", Hk)):
         n = T * H * D * 2
-        chain += [(f"{name} * cos", n + tab, n), (f"-{name}2", n // 2, n // 2), (f"cat", n, n),
+        chain += [(f"{name} * cos", n + tab, n), (f"-{name}2", n // 2, n // 2), ("cat", n, n),
                   (f"rot({name}) * sin", n + tab, n), (f"{name} add", 2 * n, n)]
     nq, nk, half_tabs = T * Hq * D * 2, T * Hk * D * 2, 2 * T * (D // 2) * 2
     return {"chain": chain, "fused": 2 * nq + 2 * nk + half_tabs}

@@ -1,7 +1,6 @@
 """Every fused kernel and its CuPy library route on fresh random bf16 inputs with poisoned outputs,
 against the float64 reference of the fp32-math formula: rows 1, 37, 199; widths that are not multiples
 of 8 (the scalar paths) beside multiples of 8 (the 16-byte paths)."""
-import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
