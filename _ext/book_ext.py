@@ -1,6 +1,6 @@
 """Sphinx extension of the book: render with no network, and typeset Chinese line breaks.
 
-Loaded by _config.yml (`sphinx.local_extensions`). It does four things:
+Loaded by _config.yml (`sphinx.local_extensions`). It does five things:
 
 1. jupyter-book adds every *.js and *.css found under _static/ to every page. The vendored
    MathJax tree alone holds about a hundred scripts that MathJax loads itself on demand, so the
@@ -17,6 +17,8 @@ Loaded by _config.yml (`sphinx.local_extensions`). It does four things:
    cells alike) would show as a stray space in the browser. Text nodes lose the newline where
    both neighbours are CJK characters or one of them is CJK punctuation; code and math are left
    alone. A break between Chinese and a Latin word keeps its space, as Chinese typesetting wants.
+5. The results page (measured-results.md, not committed) is generated from results/ at the start
+   of every build by utils.report, so it always shows exactly the stored record.
 """
 from __future__ import annotations
 
@@ -131,12 +133,26 @@ def join_cjk_lines(app: Sphinx, doctree) -> None:
             parent.replace(text, nodes.Text(joined))
 
 
+RESULTS_PAGE = "measured-results.md"
+
+
+def write_results_page(app: Sphinx, config) -> None:
+    """Generate the results page from results/ before the TOC is read (it lists that page)."""
+    import sys
+    root = Path(app.confdir)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from utils.report import write_results_page as write
+    write(root / RESULTS_PAGE)
+
+
 def setup(app: Sphinx):
     app.setup_extension("sphinxcontrib.mermaid")
     from sphinxcontrib.mermaid import install_js
     for listener in list(app.events.listeners.get("html-page-context", [])):
         if listener.handler is install_js:
             app.disconnect(listener.id)
+    app.connect("config-inited", write_results_page, priority=100)
     app.connect("config-inited", prune_vendor_assets, priority=900)
     app.connect("builder-inited", check_vendor_files)
     app.connect("html-page-context", install_mermaid)

@@ -78,3 +78,12 @@ def test_markdown_table_marks_peers():
                    nbytes=10, is_peer=True)
     t = markdown_table([e])
     assert "**cupy.sum** (peer)" in t and "3×2" in t
+
+
+def test_results_page_lists_every_entry_with_fraction_of_copy(tmp_path):
+    from utils.report import results_markdown
+    rec = Record("04-memory", gpu="nvidia-h200", root=tmp_path)
+    rec.add("copy", "ceiling.copy", dtype="float32", shape=(4,), ms=1.0, nbytes=1e9, is_peer=True)
+    rec.add("transpose", "v8", dtype="float32", shape=(8, 8), ms=1.0, nbytes=9e8)
+    page = results_markdown(tmp_path)
+    assert "## nvidia-h200" in page and "| v8 |" in page and "90%" in page
