@@ -2,7 +2,7 @@
 # What `make test` runs: every check of the book, in order, with a summary at the end.
 #
 #   1. unit          pytest -q tests  (CPU tests and NVRTC compile checks everywhere; the GPU
-#                    kernel tests too where CuPy in .venv sees a GPU, else they skip)
+#                    kernel tests too where CuPy in .venv sees a GPU, else they skip); ruff lint
 #   2. notebooks     python -m utils.stamp: every notebook in _toc.yml executed on an H100/H200,
 #                    fresh (code and kernels unchanged since), no errors, counts in order
 #   3. build         the book from the stored outputs, warnings as errors
@@ -36,9 +36,11 @@ if ! make -s setup _static/vendor/.done; then
   exit 2
 fi
 
-step "1/5 unit tests: pytest -q tests"
+step "1/5 unit tests: pytest -q tests, then lint (pyflakes rules: unused names, undefined names)"
 $PY -m pytest -q tests
 record "unit tests" $?
+$PY -m ruff check --select F,E9 --quiet utils kernels tests scripts _ext
+record "lint (ruff F, E9)" $?
 
 step "2/5 notebooks in _toc.yml: python -m utils.stamp"
 $PY -m utils.stamp
