@@ -180,10 +180,11 @@ def plan(rows: int, cols: int, dtype) -> str:
     """The dispatcher's choice: the one-read version that fits the row, else the two-read v1.
 
     Short rows (one warp's registers hold them): v2, no shared memory, no barrier. Up to 16384: v3,
-    one block holds the row. Up to 262144: v4, a cluster holds the row. Longer: v1 (two reads).
+    one block holds the row. Up to 262144: v4, a cluster holds the row (rows along grid y, so at most
+    65535 of them). Longer rows, or more rows than v4's grid takes: v1 (two reads).
     """
     for version in ("v2_warp_row", "v3_block_row", "v4_cluster_row"):
-        if cols <= max_cols(version, dtype):
+        if cols <= max_cols(version, dtype) and (version != "v4_cluster_row" or rows <= MAX_GRID_Y):
             return version
     return "v1_online"
 

@@ -63,6 +63,12 @@ def test_plan_picks_the_one_read_version_that_fits(rows, cols, dtype):
 def test_plan_falls_back_to_two_reads_beyond_a_cluster():
     assert S.plan(4, 262145, np.float32) == "v1_online"
     assert S.plan(4, 1, np.float32) == "v2_warp_row"
+    # v4 puts rows on grid y (at most 65535): more rows than that go to v1, which the launcher accepts
+    assert S.plan(S.MAX_GRID_Y, 20000, np.float32) == "v4_cluster_row"
+    assert S.plan(S.MAX_GRID_Y + 1, 20000, np.float32) == "v1_online"
+    x = FakeDeviceArray((70000, 20000), np.float32)
+    (ln,) = S._validate(x, FakeDeviceArray((70000, 20000), np.float32), S.plan(70000, 20000, np.float32))[2]
+    assert ln.grid == (70000, 1, 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

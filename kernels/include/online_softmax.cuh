@@ -5,11 +5,11 @@
 //     l = sum_i e^{x_i - m}               (normalizer, relative to m)
 // and softmax(x)_i = e^{x_i - m} / l. Two states of disjoint sets merge into the state of their union:
 //     m = max(m_a, m_b),   l = l_a * e^{m_a - m} + l_b * e^{m_b - m}
-// The merge is commutative (bit for bit here) and associative (exactly in real arithmetic, up to
-// rounding in fp32), with identity (-inf, 0): a row may be split any way -- across the registers of
-// one thread, the lanes of a warp, the warps of a block, the blocks of a cluster -- and the pieces
-// merged in any tree. Chapter 6 (softmax) and chapter 15 (FlashAttention forward) both use it:
-// FlashAttention's "rescale O by e^{m_old - m_new}" is softmax_state_advance's return value.
+// The merge is commutative and associative (exactly in real arithmetic, up to rounding in fp32), with
+// identity (-inf, 0): a row may be split any way -- across the registers of one thread, the lanes of a
+// warp, the warps of a block, the blocks of a cluster -- and the pieces merged in any tree. Chapter 6
+// (softmax) and chapter 15 (FlashAttention forward) both use it: FlashAttention's "rescale O by
+// e^{m_old - m_new}" is softmax_state_advance's return value.
 //
 // Exponentials are taken as exp2f((x - m) * scale_log2): the subtraction comes first (exact when x is
 // close to m, so logits of 1e4 keep their precision), the multiply folds in log2(e) and, for
@@ -63,7 +63,9 @@ __device__ __forceinline__ void softmax_state_update(SoftmaxState& s, float x, f
     s.l += softmax_exp(x, softmax_safe_max(s.m), scale_log2);
 }
 
-// The merge operator: the state of the union of two disjoint sets. Commutative bit for bit.
+// The merge operator: the state of the union of two disjoint sets. Commutative in m bit for bit; in l
+// only up to the last bit, because the compiler may contract one of the two products into an FMA
+// (fma(b.l, r_b, a.l * r_a)), so merge(a, b) and merge(b, a) round differently.
 __device__ __forceinline__ SoftmaxState softmax_state_merge(SoftmaxState a, SoftmaxState b,
                                                             float scale_log2 = SOFTMAX_LOG2E) {
     const float m = fmaxf(a.m, b.m);
@@ -73,13 +75,15 @@ __device__ __forceinline__ SoftmaxState softmax_state_merge(SoftmaxState a, Soft
 // [[/snippet]]
 
 // [[snippet: online_merge_tree]]
-// Merge the 32 states of a warp (butterfly): every lane ends with the same bits, because each step
-// merges the same two operands on both sides and the merge is commutative.
+// Merge the 32 states of a warp (butterfly): every lane ends with the same bits, because at each step
+// both lanes of a pair merge the same two operands in the same order (the lower lane's state first).
 __device__ __forceinline__ SoftmaxState softmax_warp_merge(SoftmaxState s, float scale_log2 = SOFTMAX_LOG2E) {
+    unsigned lane;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
         SoftmaxState o{__shfl_xor_sync(FULL_MASK, s.m, offset), __shfl_xor_sync(FULL_MASK, s.l, offset)};
-        s = softmax_state_merge(s, o, scale_log2);
+        s = (lane & offset) ? softmax_state_merge(o, s, scale_log2) : softmax_state_merge(s, o, scale_log2);
     }
     return s;
 }

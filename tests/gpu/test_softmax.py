@@ -6,9 +6,11 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 # rows of 1, 37, 199; widths that are not multiples of the 16-byte chunk (1, 7, 33, 4097) and 1000
-# (a multiple of 8 but not of any block's span); one width per version's upper limit.
-SHAPES = [(1, 1), (37, 7), (199, 33), (37, 1000), (1, 4097), (199, 1024), (3, 2048), (2, 16384),
-          (2, 16385), (2, 65536), (1, 262144)]
+# (a multiple of 8 but not of any block's span); one width per version's upper limit; 500, 3000 and
+# 100000 reach the template instances the others miss (v2 with 4 fp32 / 2 bf16 chunks per lane, v3
+# with 256 threads, v4 with 8 blocks of 16 elements per thread).
+SHAPES = [(1, 1), (37, 7), (199, 33), (5, 500), (37, 1000), (1, 4097), (199, 1024), (3, 2048),
+          (3, 3000), (2, 16384), (2, 16385), (2, 65536), (2, 100000), (1, 262144)]
 
 
 def _dtypes():
@@ -62,15 +64,34 @@ def test_masked_rows_and_large_logits():
 def test_dispatcher_on_targets_shapes_against_torch():
     import torch
     from kernels import softmax as S
-    from utils.check import assert_close
+    from utils.check import assert_close, poisoned
     for shape in [(256, 1024), (64, 65536)]:
         for dt in _dtypes():
             x = S.random_input(shape, dt)
-            y = S.softmax(x)
+            y = S.softmax(x, out=poisoned(shape, dt))
             ref = S.reference(x)
+            assert_close(S.softmax(x), ref, dtype=np.dtype(dt).name, name=f"softmax {shape}, out=None")
             assert_close(y, ref, dtype=np.dtype(dt).name, name=f"softmax {shape}")
             t = torch.softmax(S.as_torch(x), dim=-1)
             assert_close(S.from_torch(t), ref, dtype=np.dtype(dt).name, name=f"torch.softmax {shape}")
+
+
+def test_bound_launches_match_the_reference():
+    # the notebook times S.bind(...) closures: same kernels, arguments packed once
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    for dt in _dtypes():
+        for shape in [(37, 1000), (3, 20000)]:
+            x = S.random_input(shape, dt, scale=3.0)
+            ref = S.reference(x)
+            for label in S.VERSIONS:
+                if not S.supports(label, shape[1], dt):
+                    continue
+                y = poisoned(shape, dt)
+                run = S.bind(label, x, y)
+                run()
+                run()
+                assert_close(y, ref, dtype=np.dtype(dt).name, name=f"bind {label} {np.dtype(dt).name} {shape}")
 
 
 def test_launchers_reject_bad_arguments():
