@@ -193,8 +193,9 @@ def bias_gelu(x, b, y):
     rows, cols = (int(s) for s in x.shape)
     if rows < 1 or cols < 1:
         raise ValueError(f"x: expected at least one row and one column, got shape {(rows, cols)}")
-    if rows * cols >= INT32_LIMIT:
-        raise ValueError(f"x: {rows * cols} elements; the kernel indexes with int32, at most 2**31 - 1")
+    if rows * cols > INT32_LIMIT - THREADS * UNROLL * 8:
+        # the scalar path's int32 index runs up to one block (4096 elements) past the end before its check
+        raise ValueError(f"x: {rows * cols} elements; the kernel indexes with int32, at most 2**31 - 4096")
     expect_array(b, "b", dtype=BF16, shape=(cols,))
     expect_array(y, "y", dtype=BF16, shape=(rows, cols))
     expect_same_device(x, b, y)
@@ -252,7 +253,9 @@ def rope(q, k, cos, sin, q_out, k_out):
     if int(k.shape[0]) != T or int(k.shape[2]) != D or int(k.shape[1]) < 1:
         raise ValueError(f"k: expected shape ({T}, *, {D}) to match q, got {tuple(k.shape)}")
     Hk, half = int(k.shape[1]), D // 2
-    if max(T * Hq * D, T * Hk * D, rope_items(T, Hq, Hk, half)) >= INT32_LIMIT:
+    # the int32 work-item index runs up to one block (THREADS * UNROLL items) past the end before its check
+    items = rope_items(T, Hq, Hk, half)
+    if max(T * Hq * D, T * Hk * D) >= INT32_LIMIT or items > INT32_LIMIT - THREADS * UNROLL:
         raise ValueError(f"q/k: too large for int32 indexing ({T * max(Hq, Hk) * D} elements)")
     expect_array(cos, "cos", dtype=BF16, shape=(T, half))
     expect_array(sin, "sin", dtype=BF16, shape=(T, half))

@@ -283,6 +283,7 @@ def fa(shape, dtype=BF, **kw):
     ((fa((4, 8), strides=(2, 8)), fa((8,)), fa((4, 8))), "C-contiguous"),
     ((fa((4, 8)), fa((8,), ptr=0x10002), fa((4, 8))), "aligned"),
     ((fa((65536, 32768)), fa((32768,)), fa((65536, 32768))), "int32"),
+    ((fa((1, 2**31 - 4095)), fa((2**31 - 4095,)), fa((1, 2**31 - 4095))), "int32"),   # index overhang
 ])
 def test_bias_gelu_rejects(args, msg):
     with pytest.raises(ValueError, match=msg):
