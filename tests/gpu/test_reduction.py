@@ -52,6 +52,64 @@ def test_cluster_sizes(cluster):
         R.check_sum(float(out[0]), ref, bound, name=f"v6 c{cluster} n={n}")
 
 
+# Small non-negative integers: every partial sum is an integer below 2**24, so fp32 adds them exactly in
+# any order and every version must return the exact total. A dropped, doubled or misplaced element
+# (tail, grid-stride remainder, partials loop) shows as a wrong integer, however loose the error bound.
+EXACT = [(1, 8), (37, 8), (4099, 8), ((1 << 20) + 3, 8), (3 * (1 << 22) + 5, 2)]
+
+
+def _ints(n, high, dtype):
+    import cupy
+    import ml_dtypes
+    k = cupy.random.randint(0, high, size=n, dtype=cupy.int32)
+    exact = int(k.sum(dtype=cupy.int64))
+    assert exact < 2**24
+    x = k.astype(cupy.float32)
+    return (x if dtype == "float32" else x.astype(ml_dtypes.bfloat16)), exact
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n,high", EXACT)
+def test_every_element_counted_exactly_once(n, high, dtype):
+    from kernels import reduction as R
+    from utils.check import poisoned
+    from utils.gpu import supports
+    x, exact = _ints(n, high, dtype)
+    for label, v in R.VERSIONS.items():
+        if dtype == "bfloat16" and label not in R.BF16_VERSIONS:
+            continue
+        if label == "v6_cluster" and not supports("clusters"):
+            continue
+        out = poisoned((1,), np.float32)
+        v.launch(x, out)
+        got = float(out[0])
+        assert got == exact, f"{label} {dtype} n={n}: got {got!r}, expected exactly {exact}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("blocks_per_sm", [1, 3, 32])
+def test_grid_sizes_exact(blocks_per_sm, dtype):
+    """Other grids than the default one wave: 1 and 3 blocks per SM (v6 rounds 396 blocks up to 400 for
+    clusters of 8), 32 per SM (4 waves, more than 1024 partials: the 4-load loop of sum_partials)."""
+    import functools
+
+    from kernels import reduction as R
+    from utils.check import poisoned
+    from utils.gpu import supports
+    n = 3 * (1 << 22) + 5
+    x, exact = _ints(n, 2, dtype)
+    launches = {"v4": functools.partial(R.launch_v4, blocks_per_sm=blocks_per_sm),
+                "v5": functools.partial(R.launch_v5, blocks_per_sm=blocks_per_sm)}
+    if supports("clusters"):
+        for c in R.CLUSTER_SIZES:
+            launches[f"v6 c{c}"] = functools.partial(R.launch_v6, cluster=c, blocks_per_sm=blocks_per_sm)
+    for name, launch in launches.items():
+        out = poisoned((1,), np.float32)
+        launch(x, out)
+        got = float(out[0])
+        assert got == exact, f"{name} {dtype} {blocks_per_sm} blocks/SM: got {got!r}, expected exactly {exact}"
+
+
 def test_single_pass_is_bitwise_reproducible_and_rearms():
     from kernels import reduction as R
     x = _data((1 << 24) + 5, "float32")
