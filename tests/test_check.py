@@ -52,6 +52,7 @@ def test_tolerances_are_ordered_by_precision():
         tolerance_for(np.int8)
 
 
-def test_poisoned_ints_use_sentinel():
-    a = poisoned(4, np.int32, xp=np)
-    assert (a == np.iinfo(np.int32).max).all()
+def test_poisoned_ints_use_a_sentinel_outside_common_ranges():
+    assert (poisoned(4, np.int8, xp=np) == -128).all()      # symmetric int8 codes are within ±127
+    assert (poisoned(4, np.uint8, xp=np) == 255).all()
+    assert (poisoned(4, np.int32, xp=np, fill=7) == 7).all()

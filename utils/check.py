@@ -51,15 +51,24 @@ def rel_l2_error(out, ref) -> float:
     return num / den if den > 0 else num
 
 
-def poisoned(shape, dtype, xp=None):
-    """An output buffer filled with NaN (floats) or a sentinel (ints), so unwritten elements show."""
+def poisoned(shape, dtype, xp=None, fill=None):
+    """An output buffer filled with NaN (floats) or a sentinel (ints), so unwritten elements show.
+
+    The integer sentinel is the most negative value for signed types (symmetric quantisation never
+    produces -128 in int8, for example) and the largest for unsigned ones; pass ``fill`` where a
+    kernel may legitimately write that value.
+    """
     if xp is None:
         import cupy as xp
     dtype = np.dtype(dtype)
     out = xp.empty(shape, dtype=dtype)
-    if dtype.kind == "f" or dtype.name == "bfloat16":
+    if fill is not None:
+        out.fill(fill)
+    elif dtype.kind == "f" or dtype.name == "bfloat16":
         out.fill(np.nan)
-    elif dtype.kind in "iu":
+    elif dtype.kind == "i":
+        out.fill(np.iinfo(dtype).min)
+    elif dtype.kind == "u":
         out.fill(np.iinfo(dtype).max)
     else:
         raise ValueError(f"cannot poison dtype {dtype}")
