@@ -12,7 +12,8 @@
 //   v3_shuffle       no shared-memory tree: each warp sums its 32 values with shuffles (warp_sum),
 //                    8 warp totals meet in shared memory, warp 0 sums them with shuffles again
 //   v4_vec           a grid of a few blocks per SM strides over x with 16-byte loads (4 fp32 or 8 bf16),
-//                    UNROLL loads in flight per thread, fp32 accumulators; one partial per block, then
+//                    UNROLL loads per thread per iteration (about 2 in flight on average, see UNROLL),
+//                    fp32 accumulators; one partial per block, then
 //                    a second tiny launch (reduce_v4_finish) sums the partials in a fixed order
 //   v5_lastblock     v4 in one launch: each block writes its partial, fences, takes a ticket from an
 //                    atomic counter; the block that draws the last ticket sums all partials in index
@@ -32,7 +33,14 @@
 namespace cg = cooperative_groups;
 
 #define THREADS 256   // block size of every kernel in this file
-#define UNROLL 4      // 16-byte loads issued back to back per thread in v4-v6: 64 bytes in flight
+// 16-byte loads per thread per loop iteration in v4-v6. The source reads all UNROLL before using any, but at
+// 32 registers (the cap of __launch_bounds__(THREADS, 8); v4_vec_bf16 lands there without it) ptxas
+// (sm_90, CUDA 13.0) does not keep 4 x 16 bytes of results live: the loop's SASS issues 2 loads, waits for
+// the first, then issues the other 2 (fp32 v6: 3, then 1). About 2 loads (32 bytes) per thread are in
+// flight on average, at most 3 at once: 2048 threads x 32 B = 64 KiB per SM, still well above what
+// Little's law asks for (chapter 5, section 5.7). With __launch_bounds__(THREADS, 4) instead, ptxas gives
+// the loop 38-40 registers and issues all 4 at once, but fewer blocks then fit on an SM.
+#define UNROLL 4
 
 // [[snippet: reduce_v0]]
 // out must hold 0 before the launch. Every element is one atomic read-modify-write on the same
@@ -123,8 +131,9 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // This thread's share of x: 16-byte chunks i, i + G, i + 2G, ... (G = all threads of the grid), UNROLL
-// loads issued before any is used, four fp32 accumulators; then at most one of the n % E trailing
-// elements (E = elements per 16 bytes). x must be 16-byte aligned.
+// loads written before any is used (the compiled loop keeps about 2 in flight, see UNROLL), four fp32
+// accumulators; then at most one of the n % E trailing elements (E = elements per 16 bytes).
+// x must be 16-byte aligned.
 template <typename T>
 __device__ __forceinline__ float thread_sum(const T* __restrict__ x, long long n) {
     constexpr int E = 16 / sizeof(T);
@@ -137,7 +146,7 @@ __device__ __forceinline__ float thread_sum(const T* __restrict__ x, long long n
     for (; i + (UNROLL - 1) * G < n16; i += UNROLL * G) {
         uint4 r[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) r[u] = x16[i + u * G];  // UNROLL x 16 bytes in flight
+        for (int u = 0; u < UNROLL; ++u) r[u] = x16[i + u * G];  // compiled: ~2 in flight, see UNROLL
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) add16<T>(acc, r[u]);
     }

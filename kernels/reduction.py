@@ -265,7 +265,7 @@ VERSIONS = registry(
     Version("reduce_v3_shuffle", "v3_shuffle", _tree_launcher("v3_shuffle"),
             "warp shuffles inside each warp, shared memory only for the 8 warp totals"),
     Version("reduce_v4_vec", "v4_vec", launch_v4,
-            "grid-stride 16-byte loads, 4 in flight per thread, fp32 accumulators; second tiny launch"),
+            "grid-stride 16-byte loads, 4 per iteration (~2 in flight), fp32 accumulators; second tiny launch"),
     Version("reduce_v5_lastblock", "v5_lastblock", launch_v5,
             "one launch: the last block (atomic ticket) sums the partials in index order"),
     Version("reduce_v6_cluster", "v6_cluster", launch_v6,
