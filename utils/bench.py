@@ -39,7 +39,9 @@ extern "C" __global__ void gpu_spin(unsigned long long ns) {
 SPIN_NS = 50_000  # longer than the host overhead of any launcher in the book
 
 
-class _Flusher:
+class _GpuHelpers:
+    """The L2 flush sweep and the spin kernel, built once per process."""
+
     def __init__(self):
         import cupy
         from .gpu import device_summary
@@ -62,8 +64,8 @@ class _Flusher:
 
 
 @functools.lru_cache(maxsize=None)
-def _flusher() -> _Flusher:
-    return _Flusher()
+def _flusher() -> _GpuHelpers:
+    return _GpuHelpers()
 
 
 def flush_l2() -> None:

@@ -45,8 +45,9 @@ def ceilings(gpu: str | None = None, notebook: str = "02-hopper-architecture") -
     from .record import load
     gpu = gpu or gpu_slug()
     out = {}
+    entries = load(gpu, notebook)
     for name, impl in CEILING_IMPLS.items():
-        hits = [e for e in load(gpu, notebook) if e["impl"] == impl]
+        hits = [e for e in entries if e["impl"] == impl]
         if hits:
             out[name] = max(hits, key=lambda e: e["metric"])["metric"]
     if not out:
