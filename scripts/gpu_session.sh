@@ -4,8 +4,12 @@
 #   scripts/gpu_session.sh [--tests] [--nbval] [--run "RUN ARGS"] [--out DIR]
 #
 #   --tests         the whole test suite (CPU tests, NVRTC compile checks, GPU kernel tests)
+#   --test-args A   pytest arguments instead of the whole suite, e.g. "tests/gpu/test_softmax.py -x"
+#   --tests-first   run the tests before the notebooks (a first run of new kernels: fail fast)
 #   --nbval         nbval over the TOC's notebooks (re-executes them; slow)
 #   --run ARGS      python -m utils.run ARGS, e.g. --run "--stale --budget-s 480"
+#   env TEST_TIMEOUT_S / RUN_TIMEOUT_S cap the tests / the notebook run (a host's per-command limit:
+#                   the tarball is still written when the run is cut off)
 #   --out DIR       where logs and the tarball of executed notebooks + results go (default $OUT or gpu_out)
 #
 # Wheels for what the host lacks (make wheelhouse, on a connected machine) are installed from .whl/
@@ -14,11 +18,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT:-gpu_out}
-TESTS=0; NBVAL=0; RUN_ARGS=""
+TESTS=0; NBVAL=0; RUN_ARGS=""; TEST_ARGS="tests"; TESTS_FIRST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) TESTS=1 ;;
     --nbval) NBVAL=1 ;;
+    --test-args) TESTS=1; TEST_ARGS="$2"; shift ;;
+    --tests-first) TESTS_FIRST=1 ;;
     --run) RUN_ARGS="$2"; shift ;;
     --out) OUT_DIR="$2"; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
@@ -50,18 +56,22 @@ for m in ("cupy", "torch", "triton", "cuda.core", "cuda.bindings", "numpy", "ml_
 PY
 } 2>&1 | tee "$OUT_DIR/env.log"
 
+run_tests() {
+  # shellcheck disable=SC2086
+  timeout "${TEST_TIMEOUT_S:-86400}" python3 -m pytest -q -p no:cacheprovider $TEST_ARGS 2>&1 | tee "$OUT_DIR/tests.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+}
+[ "$TESTS" = 1 ] && [ "$TESTS_FIRST" = 1 ] && run_tests
+
 if [ -n "$RUN_ARGS" ]; then
   # shellcheck disable=SC2086
-  python3 -m utils.run $RUN_ARGS 2>&1 | tee "$OUT_DIR/run.log"
+  timeout "${RUN_TIMEOUT_S:-86400}" python3 -m utils.run $RUN_ARGS 2>&1 | tee "$OUT_DIR/run.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 # Pack the executed notebooks and records now, so a later step that runs out of time loses nothing.
 [ -n "$RUN_ARGS" ] && tar czf "$OUT_DIR/book_outputs.tar.gz" chapters/*.ipynb results 2>/dev/null || true
 
-if [ "$TESTS" = 1 ]; then
-  python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT_DIR/tests.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
-fi
+[ "$TESTS" = 1 ] && [ "$TESTS_FIRST" = 0 ] && run_tests
 
 if [ "$NBVAL" = 1 ]; then
   nbs=$(python3 -c "from utils.stamp import toc_notebooks; print(' '.join(map(str, toc_notebooks())))")

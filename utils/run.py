@@ -34,8 +34,23 @@ def stale_notebooks() -> list[Path]:
     return [p for p in ordered if p.exists() and problems(p)]
 
 
-def execute(path: Path, cell_timeout: int = 600) -> tuple[bool, float, str]:
-    """Run one notebook top to bottom with nbclient; stamp it on success. Returns (ok, wall_s, error)."""
+def first_errors(nb, limit: int = 3) -> str:
+    """'cell N: Name: value' for the first few cells whose outputs hold an error."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                found.append(f"cell {i}: {out.get('ename')}: {str(out.get('evalue'))[:200]}")
+    more = f" (+{len(found) - limit} more)" if len(found) > limit else ""
+    return "; ".join(found[:limit]) + more
+
+
+def execute(path: Path, cell_timeout: int = 600, allow_errors: bool = False) -> tuple[bool, float, str]:
+    """Run one notebook top to bottom with nbclient; stamp it on success. Returns (ok, wall_s, error).
+
+    With allow_errors every cell runs even after one fails (a diagnostic pass on a first run: one
+    call shows every failure); such a notebook is never stamped.
+    """
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -58,10 +73,11 @@ def execute(path: Path, cell_timeout: int = 600) -> tuple[bool, float, str]:
     t0 = time.time()
     error = ""
     try:
-        client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
+        client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=allow_errors,
                                 resources={"metadata": {"path": str(path.parent)}})
         client.execute()
-        ok = True
+        error = first_errors(nb)
+        ok = not error
     except CellExecutionError as e:
         ok, error = False, str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
     except Exception as e:  # kernel died, timeout
@@ -93,6 +109,9 @@ def main(argv=None) -> int:
                     help="do not start another notebook after this many seconds")
     ap.add_argument("--expect-s", type=float, default=90,
                     help="how long a notebook may take, for the budget (default 90 s)")
+    ap.add_argument("--cell-timeout", type=int, default=600, help="seconds one cell may run (default 600)")
+    ap.add_argument("--allow-errors", action="store_true",
+                    help="run every cell even after an error (diagnostics; such notebooks are not stamped)")
     args = ap.parse_args(argv)
     from .gpu import require_gpu
     require_gpu()
@@ -111,7 +130,7 @@ def main(argv=None) -> int:
             left = [str(q.relative_to(REPO)) for q in todo[i:]]
             print(f"budget: {spent:.0f} s spent; left for the next command: {' '.join(left)}")
             break
-        ok, wall, err = execute(p)
+        ok, wall, err = execute(p, args.cell_timeout, args.allow_errors)
         rel = p.relative_to(REPO)
         print(f"{'ok  ' if ok else 'FAIL'} {rel} {wall:6.1f} s {err}", flush=True)
         (done if ok else failed).append(rel)
