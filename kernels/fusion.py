@@ -315,7 +315,7 @@ def _cupy_kernels():
                         "book_bias_gelu", preamble=pre),
         "swiglu": ek("uint16 g, uint16 u", "uint16 y", CUPY_EXPRESSIONS["swiglu"], "book_swiglu", preamble=pre),
         "rms_sumsq": cupy.ReductionKernel("uint16 x, uint16 r", "float32 ss", CUPY_EXPRESSIONS["rms_sumsq"],
-                                          "a + b", "ss = a", "0", "book_rms_sumsq", reduce_type="float32",
+                                          "a + b", "ss = a", "0", "book_rms_sumsq", reduce_type="float",
                                           preamble=pre),
         "rms_apply": ek("uint16 x, uint16 r, float32 ss, uint16 w, float32 inv_d, float32 eps",
                         "uint16 ro, uint16 y", CUPY_EXPRESSIONS["rms_apply"], "book_rms_apply", preamble=pre),
