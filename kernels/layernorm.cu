@@ -17,9 +17,16 @@
 //                           reduction per row
 //   layernorm_v3_vec16      v2 with 16-byte loads and stores (4 fp32 or 8 bf16 per access)
 //
+//   layernorm_v4_ilp        v3's 16-byte layout with v1's exact two-pass statistics, computed from
+//                           the registers with four independent accumulators per thread (no serial
+//                           Welford chain); a cluster merges its blocks' exact (n, mean, M2) with
+//                           Chan's formula (one cluster barrier instead of two); register budget
+//                           sized to the values held (2048 threads per SM for <= 8 values)
+//
 //   rmsnorm_v0_naive        one block of 256 threads per row, sum of squares, x re-read to normalize
 //   rmsnorm_v1_registers    the row held in registers as in layernorm_v1: one read, one reduction
 //   rmsnorm_v2_vec16        v1 with 16-byte loads and stores
+//   rmsnorm_v3_ilp          v2 with four accumulators and layernorm_v4's register budget
 //
 // Template parameters of v1-v3: T (float or __nv_bfloat16), VEC (values per access: 1, or 16 bytes'
 // worth), TPR (threads per row: 32 = a warp per row, else the whole block), THREADS (block size),
@@ -115,7 +122,62 @@ __global__ void __launch_bounds__(256) rmsnorm_v0_naive(const T* __restrict__ x,
 // [[/snippet]]
 
 // [[snippet: norm_rows]]
-enum Stats { TWOPASS = 0, WELFORD = 1, RMS = 2 };
+enum Stats { TWOPASS = 0, WELFORD = 1, RMS = 2, TWOPASS_ILP = 3, RMS_ILP = 4 };
+
+// Exact two-pass statistics of the values this block holds, with four independent accumulators
+// (slot k & 3 is fixed at compile time, so four add/FMA chains run side by side instead of one),
+// then, for a cluster, Chan's merge of the blocks' exact (n, mean, M2): merging partitions is where
+// Welford's algebra belongs; inside a block the row is in registers, so a second sweep is free of
+// bytes. `col0` is this thread's first column, `n_block` the number of valid columns of this block.
+// Sum of NACC partial sums, in a fixed order.
+template <int NACC>
+__device__ __forceinline__ float acc_total(const float (&acc)[NACC]) {
+    float t = 0.f;
+#pragma unroll
+    for (int a = 0; a < NACC; ++a) t += acc[a];
+    return t;
+}
+
+template <int TPR, int CLUSTER, int VEC, int NV, int NACC>
+__device__ __forceinline__ void twopass_ilp(const float (&v)[NV * VEC], int col0, int n, int n_block,
+                                            float (*red_f)[33], Welford* red_w, float& mean,
+                                            float& m2_over_n) {
+    float acc[NACC] = {};
+#pragma unroll
+    for (int i = 0; i < NV * VEC; ++i) acc[i % NACC] += v[i];          // invalid slots hold 0
+    const float s = row_sum<TPR, 1>(acc_total<NACC>(acc), red_f[0]);
+    const float mean_b = n_block > 0 ? s / n_block : 0.f;           // an empty rank: n = 0, M2 = 0
+    #pragma unroll
+    for (int a = 0; a < NACC; ++a) acc[a] = 0.f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        if (col0 + j * TPR * VEC < n) {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                const float d = v[j * VEC + k] - mean_b;
+                acc[k % NACC] = fmaf(d, d, acc[k % NACC]);
+            }
+        }
+    }
+    const float m2_b = row_sum<TPR, 1>(acc_total<NACC>(acc), red_f[1]);
+    if constexpr (CLUSTER > 1) {
+        const Welford st = cluster_welford<CLUSTER>(Welford{(float)n_block, mean_b, m2_b}, &red_w[32]);
+        mean = st.mean;
+        m2_over_n = st.m2 / st.n;
+    } else {
+        mean = mean_b;
+        m2_over_n = m2_b / n_block;
+    }
+}
+
+// Sum of squares with four independent accumulators (RMSNorm), reduced over the row.
+template <int TPR, int CLUSTER, int ITEMS>
+__device__ __forceinline__ float sumsq_ilp(const float (&v)[ITEMS], float* red) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) acc[i & 3] = fmaf(v[i], v[i], acc[i & 3]);
+    return row_sum<TPR, CLUSTER>((acc[0] + acc[1]) + (acc[2] + acc[3]), red);
+}
 
 // One row per TPR threads; the row's values live in v[ITEMS] (fp32) between the read and the write.
 // Thread t of the row, rank r of the cluster, access j covers columns
@@ -179,6 +241,14 @@ __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __re
         s = row_welford<TPR, CLUSTER>(s, red_w);
         mean = s.mean;
         rstd = rsqrtf(s.m2 / s.n + eps);
+    } else if constexpr (STATS == TWOPASS_ILP) {
+        const int n_block = min(max(n - rank * TPR * ITEMS, 0), TPR * ITEMS);
+        float var;
+        constexpr int NACC = ITEMS >= 32 ? 2 : 4;   // 4 chains spill the 64-register budget at 32 values
+        twopass_ilp<TPR, CLUSTER, VEC, NV, NACC>(v, col0, n, n_block, red_f, red_w, mean, var);
+        rstd = rsqrtf(var + eps);
+    } else if constexpr (STATS == RMS_ILP) {
+        rstd = rsqrtf(sumsq_ilp<TPR, CLUSTER, ITEMS>(v, red_f[0]) / n + eps);
     } else {
         float ss = 0.f;
 #pragma unroll
@@ -192,11 +262,11 @@ __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __re
         if (col < n) {
             const Pack<T, VEC> pw = *reinterpret_cast<const Pack<T, VEC>*>(w + col);
             Pack<T, VEC> pb, out;
-            if constexpr (STATS != RMS) pb = *reinterpret_cast<const Pack<T, VEC>*>(b + col);
+            if constexpr (STATS != RMS && STATS != RMS_ILP) pb = *reinterpret_cast<const Pack<T, VEC>*>(b + col);
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
                 float o = (v[j * VEC + k] - mean) * rstd * to_f32(pw.v[k]);
-                if constexpr (STATS != RMS) o += to_f32(pb.v[k]);
+                if constexpr (STATS != RMS && STATS != RMS_ILP) o += to_f32(pb.v[k]);
                 out.v[k] = from_f32<T>(o);
             }
             *reinterpret_cast<Pack<T, VEC>*>(y + base + col) = out;
@@ -257,5 +327,37 @@ rmsnorm_v2_vec16(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
                  float eps) {
     static_assert(VEC * sizeof(T) == 16, "v2 moves 16 bytes per access");
     norm_rows<RMS, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// Register budget of v4 / rmsnorm_v3 (the min-blocks of __launch_bounds__): 2048 threads per SM
+// (32 registers) for up to 8 values per thread, 1024 (64 registers) up to 32, 512 (128) beyond.
+// More resident threads mean more 16-byte loads in flight per SM and more blocks to overlap one
+// block's reduction with another's loads.
+template <int THREADS, int ITEMS>
+__host__ __device__ constexpr int blocks_per_sm() {
+    constexpr int threads_per_sm = ITEMS <= 8 ? 2048 : ITEMS <= 32 ? 1024 : 512;
+    return threads_per_sm >= THREADS ? threads_per_sm / THREADS : 1;
+}
+
+// [[snippet: layernorm_v4]]
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, blocks_per_sm<THREADS, ITEMS>()) __cluster_dims__(CLUSTER, 1, 1)
+layernorm_v4_ilp(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                 T* __restrict__ y, int rows, int n, float eps) {
+    static_assert(VEC * sizeof(T) == 16, "v4 moves 16 bytes per access");
+    static_assert(THREADS * ITEMS <= 32768, "more values per block than 128 registers per thread hold");
+    norm_rows<TWOPASS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// [[snippet: rmsnorm_v3]]
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, blocks_per_sm<THREADS, ITEMS>()) __cluster_dims__(CLUSTER, 1, 1)
+rmsnorm_v3_ilp(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int rows, int n,
+               float eps) {
+    static_assert(VEC * sizeof(T) == 16, "v3 moves 16 bytes per access");
+    static_assert(THREADS * ITEMS <= 32768, "more values per block than 128 registers per thread hold");
+    norm_rows<RMS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
 }
 // [[/snippet]]

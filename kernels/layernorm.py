@@ -106,6 +106,21 @@ def welford_tree(x: np.ndarray, parts: int) -> tuple[float, float, float]:
     return states[0]
 
 
+def twopass_chan(x: np.ndarray, parts: int) -> tuple[float, float, float]:
+    """What layernorm_v4 does for a row split over ``parts`` cluster ranks: an exact two-pass
+    (n, mean, M2) per contiguous partition in float32, then Chan's merge of the partitions."""
+    states = []
+    for c in np.array_split(np.asarray(x, np.float32), parts):
+        n = len(c)
+        mean = np.float32(np.float32(c.sum(dtype=np.float32)) / np.float32(n)) if n else np.float32(0)
+        m2 = np.float32(((c - mean) ** 2).sum(dtype=np.float32))
+        states.append((float(n), float(mean), float(m2)))
+    out = states[0]
+    for st in states[1:]:
+        out = welford_merge(out, st)
+    return out
+
+
 # --- cost model ------------------------------------------------------------------------------------
 
 def nbytes(rows: int, n: int, itemsize: int, op: str = "layernorm") -> int:
@@ -161,6 +176,28 @@ LAYOUTS = (
 )
 MAX_N = LAYOUTS[-1].capacity
 
+# Alternatives the tune script (scripts/tune/ch07_layernorm.py) measures for the fast versions
+# (layernorm_v4_ilp, rmsnorm_v3_ilp) on the chapter's widths: more or fewer threads per row, and
+# for the long rows clusters of 2 or 4 wider blocks instead of 8 (a smaller cluster is easier to
+# place on a GPC and waits on fewer blocks at its barrier).
+TUNE_LAYOUTS = (
+    Layout(128, 128, 8),       # n = 1024: a block of 128 per row, 16 blocks per SM
+    Layout(32, 256, 32),       # n = 1024: a warp per row, 8 rows per block
+    Layout(256, 256, 16),      # n = 4096
+    Layout(128, 128, 32),      # n = 4096
+    Layout(1024, 1024, 16),    # n = 16384
+    Layout(256, 256, 64),      # n = 16384
+    Layout(1024, 1024, 16, 4),     # n = 65536
+    Layout(512, 512, 32, 4),       # n = 65536
+    Layout(1024, 1024, 32, 2),     # n = 65536
+    Layout(1024, 1024, 32, 8),     # n = 262144
+)
+FAST_LAYOUTS = LAYOUTS + TUNE_LAYOUTS
+
+# The layout the dispatcher gives the fast versions, per (op, dtype, n), where measurement picked
+# one other than layout_for(n); filled from the tune script's summary lines.
+TUNED: dict[tuple[str, str, int], Layout] = {}
+
 
 def layout_for(n: int) -> Layout:
     """The layout for rows of ``n`` values (the first, i.e. smallest, that holds the row)."""
@@ -200,10 +237,11 @@ KERNELS = {
     "layernorm_v1_twopass": 1, "layernorm_v2_welford": 1, "layernorm_v3_vec16": 16,
     "rmsnorm_v1_registers": 1, "rmsnorm_v2_vec16": 16,
 }
+FAST_KERNELS = {"layernorm_v4_ilp": 16, "rmsnorm_v3_ilp": 16}   # instantiated for FAST_LAYOUTS
 
 
 def _vec(kernel: str, dtype: str) -> int:
-    return VEC16[dtype] if KERNELS[kernel] == 16 else 1
+    return VEC16[dtype] if {**KERNELS, **FAST_KERNELS}[kernel] == 16 else 1
 
 
 def _all_name_expressions() -> tuple[str, ...]:
@@ -223,11 +261,16 @@ SPILLING = (name_expression("layernorm_v2_welford", "bfloat16", 1, LAYOUTS[-1]),
 SOURCE = KernelSource("layernorm.cu",
                       name_expressions=tuple(e for e in _all_name_expressions() if e not in SPILLING))
 SOURCE_SPILLING = KernelSource("layernorm.cu", name_expressions=SPILLING, spill_free=False)
+# The fast versions in a module of their own, so that the tune script compiles only them.
+SOURCE_FAST = KernelSource("layernorm.cu", name_expressions=tuple(
+    name_expression(k, d, _vec(k, d), lay) for k in FAST_KERNELS for d in DTYPES for lay in FAST_LAYOUTS))
 
 
 def function(expr: str):
     """The CuPy kernel for a name expression, from whichever source instantiates it."""
-    return (SOURCE_SPILLING if expr in SPILLING else SOURCE).function(expr)
+    if expr in SPILLING:
+        return SOURCE_SPILLING.function(expr)
+    return (SOURCE_FAST if expr.startswith(tuple(FAST_KERNELS)) else SOURCE).function(expr)
 
 
 # --- launchers -------------------------------------------------------------------------------------
@@ -275,8 +318,10 @@ def _plan_rows(op, kernel, x, w, b, y, eps, layout):
     vec = _vec(kernel, _dtype_name(x.dtype))
     dtype, rows, n = _validate(op, x, w, b, y, vec)
     lay = layout_for(n) if layout is None else layout
-    if lay not in LAYOUTS:
-        raise ValueError(f"layout {lay} is not instantiated; pick one of LAYOUTS")
+    allowed = FAST_LAYOUTS if kernel in FAST_KERNELS else LAYOUTS
+    if lay not in allowed:
+        raise ValueError(f"layout {lay} is not instantiated for {kernel}; pick one of "
+                         f"{'FAST_LAYOUTS' if kernel in FAST_KERNELS else 'LAYOUTS'}")
     if n > lay.capacity:
         raise ValueError(f"x: rows of {n} values do not fit layout {lay.name} (capacity {lay.capacity})")
     grid = grid_of(rows, lay)
@@ -339,6 +384,8 @@ LN_VERSIONS = registry(
             "Welford states per thread, merged by warps, blocks and clusters (Chan): one reduction"),
     Version("layernorm_v3_vec16", "v3_vec16", _ln_launcher("layernorm_v3_vec16"),
             "v2 with 16-byte loads and stores"),
+    Version("layernorm_v4_ilp", "v4_ilp", _ln_launcher("layernorm_v4_ilp"),
+            "16-byte layout, exact two-pass from registers with 4 accumulators, Chan merge over the cluster"),
 )
 
 RMS_VERSIONS = registry(
@@ -348,6 +395,8 @@ RMS_VERSIONS = registry(
             "row in registers (warp / block / cluster of 8 per row): one read"),
     Version("rmsnorm_v2_vec16", "v2_vec16", _rms_launcher("rmsnorm_v2_vec16"),
             "v1 with 16-byte loads and stores"),
+    Version("rmsnorm_v3_ilp", "v3_ilp", _rms_launcher("rmsnorm_v3_ilp"),
+            "v2 with 4 accumulators and a register budget sized to the values held"),
 )
 
 VERSIONS = {"layernorm": LN_VERSIONS, "rmsnorm": RMS_VERSIONS}
@@ -355,15 +404,26 @@ VERSIONS = {"layernorm": LN_VERSIONS, "rmsnorm": RMS_VERSIONS}
 
 # --- dispatcher ------------------------------------------------------------------------------------
 
+FAST_LABEL = {"layernorm": "v4_ilp", "rmsnorm": "v3_ilp"}
+
+
 def pick(op: str, n: int, dtype) -> str:
-    """The version label the dispatcher uses for rows of ``n`` values: the 16-byte version where n is
-    a multiple of the 16-byte vector, else the best scalar one; the naive kernel beyond MAX_N."""
+    """The version label the dispatcher uses for rows of ``n`` values: the fast 16-byte version where n
+    is a multiple of the 16-byte vector, else the best scalar one; the naive kernel beyond MAX_N."""
     name = _dtype_name(dtype)
     if n > MAX_N:
         return "v0_naive"
     if n % VEC16[name] == 0:
-        return "v3_vec16" if op == "layernorm" else "v2_vec16"
-    return "v2_welford" if op == "layernorm" else "v1_registers"
+        return FAST_LABEL[op]
+    return "v1_twopass" if op == "layernorm" else "v1_registers"
+
+
+def pick_layout(op: str, n: int, dtype) -> Layout | None:
+    """The layout the dispatcher passes with :func:`pick`'s version (None: the version's default)."""
+    name = _dtype_name(dtype)
+    if pick(op, n, dtype) != FAST_LABEL[op]:
+        return None
+    return TUNED.get((op, name, n), layout_for(n))
 
 
 def layer_norm(x, w, b, eps: float = EPS_LN, out=None):
@@ -371,7 +431,9 @@ def layer_norm(x, w, b, eps: float = EPS_LN, out=None):
     import cupy
     expect_array(x, "x", ndim=2)
     y = cupy.empty_like(x) if out is None else out
-    return LN_VERSIONS[pick("layernorm", int(x.shape[1]), x.dtype)].launch(x, w, b, y, eps)
+    n = int(x.shape[1])
+    return LN_VERSIONS[pick("layernorm", n, x.dtype)].launch(x, w, b, y, eps,
+                                                              layout=pick_layout("layernorm", n, x.dtype))
 
 
 def rms_norm(x, w, eps: float = EPS_RMS, out=None):
@@ -379,4 +441,6 @@ def rms_norm(x, w, eps: float = EPS_RMS, out=None):
     import cupy
     expect_array(x, "x", ndim=2)
     y = cupy.empty_like(x) if out is None else out
-    return RMS_VERSIONS[pick("rmsnorm", int(x.shape[1]), x.dtype)].launch(x, w, y, eps)
+    n = int(x.shape[1])
+    return RMS_VERSIONS[pick("rmsnorm", n, x.dtype)].launch(x, w, y, eps,
+                                                             layout=pick_layout("rmsnorm", n, x.dtype))

@@ -48,6 +48,14 @@ def test_chan_merge_matches_the_whole(parts, rng):
     assert abs(m2 / n - x64.var()) < 1e-3 * x64.var()
 
 
+@pytest.mark.parametrize("parts", [1, 2, 4, 8])
+def test_twopass_chan_survives_a_large_mean(parts, rng):
+    x = (1e4 + rng.standard_normal(4096)).astype(np.float32)
+    n, mean, m2 = L.twopass_chan(x, parts)
+    x64 = x.astype(np.float64)
+    assert n == 4096 and abs(m2 / n - x64.var()) < 1e-2 * x64.var()
+
+
 def test_merge_with_an_empty_state_is_the_identity(rng):
     s = L.welford_state(rng.standard_normal(10).astype(np.float32))
     empty = (0.0, 0.0, 0.0)
@@ -91,9 +99,26 @@ def test_layouts_grow_and_hold_the_target_rows():
         L.layout_for(L.MAX_N + 1)
 
 
+def test_tune_layouts_fill_a_target_width_and_fit_the_registers():
+    widths = {n for _, n in TARGET_SHAPES}
+    for lay in L.TUNE_LAYOUTS:
+        assert lay.capacity in widths and lay.items % 8 == 0 and lay.threads <= 1024
+        assert lay.tpr == 32 or lay.tpr == lay.threads
+        assert lay.cluster in (1, 2, 4, 8) and lay.threads * lay.items <= 32768
+    assert set(L.LAYOUTS) <= set(L.FAST_LAYOUTS) and len(set(L.FAST_LAYOUTS)) == len(L.FAST_LAYOUTS)
+
+
+@pytest.mark.parametrize("vec", [4, 8])
+@pytest.mark.parametrize("lay", L.TUNE_LAYOUTS, ids=lambda lay: lay.name)
+def test_tune_layouts_cover_each_column_once(lay, vec):
+    for n in (lay.capacity, lay.capacity - 8 * 37):
+        cols = simulate_columns(n, lay, vec)
+        assert cols.size == n and np.array_equal(np.sort(cols), np.arange(n))
+
+
 @pytest.mark.parametrize("rows", [1, 3, 4, 5, 37, 199, 8192])
 def test_grid_covers_every_row(rows):
-    for lay in L.LAYOUTS:
+    for lay in L.FAST_LAYOUTS:
         g = L.grid_of(rows, lay)
         assert g % lay.cluster == 0
         assert (g // lay.cluster) * lay.rows_per_block >= rows > (g // lay.cluster - 1) * lay.rows_per_block
@@ -159,13 +184,21 @@ def test_every_launchable_kernel_is_instantiated():
         for dtype in L.DTYPES:
             for lay in L.LAYOUTS:
                 assert L.name_expression(kernel, dtype, L._vec(kernel, dtype), lay) in exprs
-    assert L.SOURCE_SPILLING.spill_free is False and L.SOURCE.spill_free is True
+    fast = set(L.SOURCE_FAST.name_expressions)
+    for kernel in L.FAST_KERNELS:
+        for dtype in L.DTYPES:
+            for lay in L.FAST_LAYOUTS:
+                assert L.name_expression(kernel, dtype, L._vec(kernel, dtype), lay) in fast
+    assert not fast & exprs
+    assert L.SOURCE_SPILLING.spill_free is False and L.SOURCE.spill_free is True and L.SOURCE_FAST.spill_free
 
 
 def test_pick():
-    assert L.pick("layernorm", 4096, np.float32) == "v3_vec16"
-    assert L.pick("layernorm", 4098, np.float32) == "v2_welford"
-    assert L.pick("rmsnorm", 1000, np.float32) == "v2_vec16"
+    assert L.pick("layernorm", 4096, np.float32) == "v4_ilp"
+    assert L.pick("layernorm", 4098, np.float32) == "v1_twopass"
+    assert L.pick("rmsnorm", 1000, np.float32) == "v3_ilp"
+    assert L.pick_layout("rmsnorm", 1000, np.float32) == L.layout_for(1000)
+    assert L.pick_layout("layernorm", 4098, np.float32) is None
     assert L.pick("rmsnorm", 1004, L._bf16()) == "v1_registers"
     assert L.pick("layernorm", L.MAX_N + 8, np.float32) == "v0_naive"
     with pytest.raises(ValueError, match="float32 or bfloat16"):
@@ -206,6 +239,8 @@ def test_rmsnorm_launchers_reject_bad_arguments():
 def test_vector_versions_need_whole_vectors():
     with pytest.raises(ValueError, match="multiple of 4"):
         L.LN_VERSIONS["v3_vec16"].launch(F((4, 10)), F((10,)), F((10,)), F((4, 10)))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        L.LN_VERSIONS["v4_ilp"].launch(F((4, 10)), F((10,)), F((10,)), F((4, 10)))
     bf = L._bf16()
     with pytest.raises(ValueError, match="multiple of 8"):
         L.RMS_VERSIONS["v2_vec16"].launch(F((4, 12), bf), F((12,), bf), F((4, 12), bf))
@@ -219,6 +254,9 @@ def test_rows_beyond_the_layouts_are_refused():
         L.LN_VERSIONS["v1_twopass"].launch(F((2, 300)), F((300,)), F((300,)), F((2, 300)), layout=L.LAYOUTS[0])
     with pytest.raises(ValueError, match="fixed layout"):
         L.LN_VERSIONS["v0_naive"].launch(F((2, 8)), F((8,)), F((8,)), F((2, 8)), layout=L.LAYOUTS[0])
+    with pytest.raises(ValueError, match="not instantiated for layernorm_v3_vec16"):
+        L.LN_VERSIONS["v3_vec16"].launch(F((2, 1024)), F((1024,)), F((1024,)), F((2, 1024)),
+                                         layout=L.TUNE_LAYOUTS[0])
     with pytest.raises(ValueError, match="n below 2\\*\\*24"):
         L.LN_VERSIONS["v0_naive"].launch(F((1, 2**24)), F((2**24,)), F((2**24,)), F((1, 2**24)))
 

@@ -26,10 +26,9 @@ def _inputs(rows, n, dtype, mean=0.0):
     return x, w, b
 
 
-def _runs(label, n, dtype):
+def _runs(label, n, dtype, op="layernorm"):
     from kernels import layernorm as L
-    vec = L.VEC16[dtype] if "vec16" in label else 1
-    return n % vec == 0
+    return n % L._vec(L.VERSIONS[op][label].kernel, dtype) == 0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -57,7 +56,7 @@ def test_rmsnorm_versions(shape, dtype):
     x, w, _ = _inputs(rows, n, dtype, mean=0.5)
     ref = L.rms_norm_ref(x, w)
     for label, v in L.RMS_VERSIONS.items():
-        if not _runs(label, n, dtype):
+        if not _runs(label, n, dtype, "rmsnorm"):
             continue
         y = poisoned(shape, _dtype(dtype))
         v.launch(x, w, y)
@@ -106,7 +105,7 @@ def test_every_row_gets_identical_statistics_across_its_threads():
         x = cupy.full((2, n), 3.25, dtype=cupy.float32)
         w = cupy.random.standard_normal(n, dtype=cupy.float32)
         b = cupy.random.standard_normal(n, dtype=cupy.float32)
-        for label in ("v1_twopass", "v2_welford", "v3_vec16"):
+        for label in ("v1_twopass", "v2_welford", "v3_vec16", "v4_ilp"):
             y = cupy.empty_like(x)
             L.LN_VERSIONS[label].launch(x, w, b, y)
             assert bool((y == b[None, :]).all()), f"{label} n={n}"
@@ -122,3 +121,46 @@ def test_bound_launchers_match_the_reference(op):
         y = poisoned(x.shape, x.dtype)
         L.bind(op, label, x, w, b, y)()
         assert_close(y, ref, dtype="bfloat16", name=f"bound {op} {label}")
+
+
+def _fast_cases():
+    """(layout, rows, n): every layout of the fast versions at its full width and at a width 37
+    vectors short of it (ragged last accesses, a partly empty last cluster rank), rows 1, 37, 199."""
+    from kernels import layernorm as L
+    out = []
+    for lay in L.FAST_LAYOUTS:
+        for rows in (1, 37, 199):
+            for n in (lay.capacity, lay.capacity - 8 * 37):
+                if n > 0 and (rows * n <= 1 << 25):
+                    out.append((lay, rows, n))
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", _fast_cases(), ids=lambda c: f"{c[0].name}-{c[1]}x{c[2]}")
+def test_fast_versions_on_every_layout(case, dtype):
+    """layernorm_v4_ilp and rmsnorm_v3_ilp on each layout they are instantiated for (the tune
+    candidates included), outputs poisoned, LayerNorm input with mean 3 (two-pass must centre it)."""
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    lay, rows, n = case
+    x, w, b = _inputs(rows, n, dtype, mean=3.0)
+    y = poisoned((rows, n), _dtype(dtype))
+    L.LN_VERSIONS["v4_ilp"].launch(x, w, b, y, layout=lay)
+    assert_close(y, L.layer_norm_ref(x, w, b), dtype=dtype, name=f"v4_ilp {lay.name} {dtype} {(rows, n)}")
+    y = poisoned((rows, n), _dtype(dtype))
+    L.RMS_VERSIONS["v3_ilp"].launch(x, w, y, layout=lay)
+    assert_close(y, L.rms_norm_ref(x, w), dtype=dtype, name=f"v3_ilp {lay.name} {dtype} {(rows, n)}")
+
+
+@pytest.mark.parametrize("lay_index", range(6, 16))
+def test_fast_layernorm_large_mean_on_tune_layouts(lay_index):
+    """mean 1e4, std 1, fp32, on the tune layouts (clusters of 2, 4 and 8 merge exact block states)."""
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    lay = L.FAST_LAYOUTS[lay_index]
+    rows = 4 if lay.capacity >= 65536 else 64
+    x, w, b = _inputs(rows, lay.capacity - 4 * 37, "float32", mean=1e4)
+    y = poisoned(x.shape, np.float32)
+    L.LN_VERSIONS["v4_ilp"].launch(x, w, b, y, layout=lay)
+    assert_close(y, L.layer_norm_ref(x, w, b), tol=1e-2, name=f"v4_ilp {lay.name} large mean")
