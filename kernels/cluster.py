@@ -20,18 +20,6 @@ from utils.ops import Version, expect_array, registry
 SOURCE = KernelSource("cluster.cu")
 
 
-_fns: dict = {}
-
-
-def kernel(name: str):
-    """SOURCE.function(name), kept per version of the .cu file: launches inside timed regions and
-    graph captures do no more than a dictionary lookup and one stat."""
-    key = (name, SOURCE.path.stat().st_mtime_ns)
-    fn = _fns.get(key)
-    if fn is None:
-        fn = _fns[key] = SOURCE.function(name)
-    return fn
-
 TILE = 2048                  # uint32 per block (8 KB), as in cluster.cu
 THREADS = 256
 CLUSTER_SIZES = (2, 4, 8)    # group sizes compiled in cluster.cu: the portable cluster sizes
@@ -146,8 +134,8 @@ def launch_v0(bufs: Buffers, seed: int):
     """Two launches: produce every tile into the workspace, then combine each group's slice."""
     blocks, group = _check_buffers(bufs)
     n = _cluster_size(group)
-    kernel("cluster_reduce_v0_produce")((blocks,), (THREADS,), (bufs.work, np.uint32(seed)))
-    kernel(f"cluster_reduce_v0_combine_c{n}")((blocks,), (THREADS,), (bufs.work, bufs.out))
+    SOURCE.function("cluster_reduce_v0_produce")((blocks,), (THREADS,), (bufs.work, np.uint32(seed)))
+    SOURCE.function(f"cluster_reduce_v0_combine_c{n}")((blocks,), (THREADS,), (bufs.work, bufs.out))
     return bufs.out
 
 
@@ -156,7 +144,7 @@ def launch_v1(bufs: Buffers, seed: int):
     blocks, group = _check_buffers(bufs)
     expect_array(bufs.arrivals, "arrivals", dtype=np.uint32, shape=(blocks // group,), align=4)
     n = _cluster_size(group)
-    kernel(f"cluster_reduce_v1_lastblock_c{n}")(
+    SOURCE.function(f"cluster_reduce_v1_lastblock_c{n}")(
         (blocks,), (THREADS,), (bufs.work, bufs.out, bufs.arrivals, np.uint32(seed)))
     return bufs.out
 
@@ -165,7 +153,7 @@ def launch_v2(bufs: Buffers, seed: int):
     """One launch, one cluster per group: tiles through global memory, cluster.sync() between."""
     blocks, group = _check_buffers(bufs)
     n = _cluster_size(group)
-    kernel(f"cluster_reduce_v2_cluster_global_c{n}")((blocks,), (THREADS,),
+    SOURCE.function(f"cluster_reduce_v2_cluster_global_c{n}")((blocks,), (THREADS,),
                                                               (bufs.work, bufs.out, np.uint32(seed)))
     return bufs.out
 
@@ -174,7 +162,7 @@ def launch_v3(bufs: Buffers, seed: int):
     """One launch, one cluster per group: tiles stay in shared memory, read by the peers through DSMEM."""
     blocks, group = _check_buffers(bufs, need_work=False)
     n = _cluster_size(group)
-    kernel(f"cluster_reduce_v3_dsmem_c{n}")((blocks,), (THREADS,), (bufs.out, np.uint32(seed)))
+    SOURCE.function(f"cluster_reduce_v3_dsmem_c{n}")((blocks,), (THREADS,), (bufs.out, np.uint32(seed)))
     return bufs.out
 
 
@@ -216,7 +204,7 @@ def launch_cluster_whoami(blocks: int):
 
     from utils.check import poisoned
     out = poisoned((blocks, len(CLUSTER_WHOAMI_FIELDS)), np.int32, xp=cupy)
-    kernel("cluster_whoami_c4")((blocks,), (32,), (out,))
+    SOURCE.function("cluster_whoami_c4")((blocks,), (32,), (out,))
     return out
 
 

@@ -15,18 +15,6 @@ from utils.ops import expect_array
 SOURCE = KernelSource("launch.cu")
 
 
-_fns: dict = {}
-
-
-def kernel(name: str):
-    """SOURCE.function(name), kept per version of the .cu file: launches inside timed regions and
-    graph captures do no more than a dictionary lookup and one stat."""
-    key = (name, SOURCE.path.stat().st_mtime_ns)
-    fn = _fns.get(key)
-    if fn is None:
-        fn = _fns[key] = SOURCE.function(name)
-    return fn
-
 CHUNK_THREADS = 256
 
 
@@ -54,7 +42,7 @@ def launch_chunk_work(x, y, iters: int, *, blocks: int):
     expect_array(y, "y", dtype=np.float32, shape=x.shape, align=4)
     if int(iters) < 0 or int(blocks) < 1:
         raise ValueError(f"need iters >= 0 and blocks >= 1, got {iters}, {blocks}")
-    kernel("chunk_work")((int(blocks),), (CHUNK_THREADS,),
+    SOURCE.function("chunk_work")((int(blocks),), (CHUNK_THREADS,),
                                   (x, y, np.int64(x.shape[0]), np.int32(iters)))
     return y
 
@@ -102,7 +90,7 @@ def run_pipeline(h_x, d_x, d_y, iters: int, streams, *, blocks: int):
         raise ValueError("need at least one stream")
     import cupy
     chunks, n = h_x.shape
-    fn = kernel("chunk_work")
+    fn = SOURCE.function("chunk_work")
     start = cupy.cuda.Event()
     start.record(streams[0])
     for s in streams[1:]:
@@ -141,7 +129,7 @@ def pipeline_times(start, marks, ends) -> tuple[float, np.ndarray]:
 # --- launch cost -----------------------------------------------------------------------------------------
 
 def empty_kernel():
-    return kernel("empty_kernel")
+    return SOURCE.function("empty_kernel")
 
 
 def launch_empty(fn) -> None:
@@ -166,7 +154,7 @@ def queued_launches_ms(n: int, spin_ns: int) -> tuple[float, float]:
     if int(n) < 1 or int(spin_ns) < 0:
         raise ValueError(f"need n >= 1 and spin_ns >= 0, got {n}, {spin_ns}")
     fn = empty_kernel()
-    spin = kernel("spin_ns")
+    spin = SOURCE.function("spin_ns")
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     spin((1,), (32,), (np.uint64(spin_ns),))
     t0 = time.perf_counter()

@@ -16,18 +16,6 @@ from utils.ops import Version, expect_array, registry
 SOURCE = KernelSource("progmodel.cu")
 
 
-_fns: dict = {}
-
-
-def kernel(name: str):
-    """SOURCE.function(name), kept per version of the .cu file: launches inside timed regions and
-    graph captures do no more than a dictionary lookup and one stat."""
-    key = (name, SOURCE.path.stat().st_mtime_ns)
-    fn = _fns.get(key)
-    if fn is None:
-        fn = _fns[key] = SOURCE.function(name)
-    return fn
-
 WARP = 32
 
 # --- whoami: who is each thread ------------------------------------------------------------------------
@@ -103,7 +91,7 @@ def launch_whoami(grid, block):
     if total * len(WHOAMI_FIELDS) >= 2**31:
         raise ValueError(f"{total} threads is too many for the whoami table (int32 offsets)")
     out = poisoned((total, len(WHOAMI_FIELDS)), np.int32, xp=cupy)
-    kernel("whoami")(g, b, (out,))
+    SOURCE.function("whoami")(g, b, (out,))
     return out
 
 
@@ -188,7 +176,7 @@ def launch_wave_spin(blocks: int, ns: int, smem: int, smid, t_start, t_end, *,
 
 def wave_kernel(smem: int):
     """The wave_spin kernel, with its dynamic shared memory limit raised to ``smem`` (opt-in above 48 KB)."""
-    fn = kernel("wave_spin")
+    fn = SOURCE.function("wave_spin")
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = int(smem)
     return fn
@@ -248,7 +236,7 @@ def _sum_args(x, partial) -> tuple[int, int]:
 def _launch_sum(name: str):
     def launch(x, partial):
         n, blocks = _sum_args(x, partial)
-        kernel(name)((blocks,), (SUM_THREADS,), (x, np.int64(n), partial))
+        SOURCE.function(name)((blocks,), (SUM_THREADS,), (x, np.int64(n), partial))
         return partial
     launch.__name__ = f"launch_{name}"
     launch.__doc__ = f"partial[b] = sum of block b's share of x ({name}); one block per entry of partial."
@@ -293,8 +281,8 @@ def _launch_filter(name: str):
         expect_array(count, "count", dtype=np.uint32, shape=(1,), align=4)
         if int(blocks) < 1:
             raise ValueError(f"blocks must be at least 1, got {blocks}")
-        kernel(name)((int(blocks),), (SUM_THREADS,),
-                                (x, np.int64(n), np.float32(threshold), out, count))
+        SOURCE.function(name)((int(blocks),), (SUM_THREADS,),
+                              (x, np.int64(n), np.float32(threshold), out, count))
         return out
     launch.__name__ = f"launch_{name}"
     launch.__doc__ = f"out[:count] = x[x > threshold] in any order ({name}); count must start at 0."

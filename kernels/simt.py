@@ -134,28 +134,22 @@ def occupancy_estimate(registers: int, threads: int, *, regs_per_sm: int = 65536
     return min(max_blocks, warps // warps_per_block)
 
 
-_kernels: dict = {}
-_occupancy: dict = {}
-
-
-def _kernel(name: str):
-    """SOURCE.function(name), looked up once per version of simt.cu (launch overhead stays small)."""
-    key = (name, SOURCE.path.stat().st_mtime_ns)
-    fn = _kernels.get(key)
-    if fn is None:
-        fn = _kernels[key] = SOURCE.function(name)
-    return fn
+_occupancy: dict = {}   # (kernel, threads, smem) -> (the loaded kernel asked about, its answer)
 
 
 def resident_blocks_per_sm(kernel: str, threads: int, smem: int = 0) -> int:
-    """The driver's occupancy calculator: blocks of ``threads`` of ``kernel`` resident on one SM."""
-    key = (kernel, int(threads), int(smem), SOURCE.path.stat().st_mtime_ns)
-    if key not in _occupancy:
+    """The driver's occupancy calculator: blocks of ``threads`` of ``kernel`` resident on one SM.
+
+    Asked once per loaded kernel (v1 and v2 ask on every launch): a rebuilt kernel is asked again.
+    """
+    fn = SOURCE.function(kernel)
+    key = (kernel, int(threads), int(smem))
+    hit = _occupancy.get(key)
+    if hit is None or hit[0] is not fn:
         import cupy
-        fn = _kernel(kernel)
-        _occupancy[key] = int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            fn.kernel.ptr, int(threads), int(smem)))
-    return _occupancy[key]
+        hit = _occupancy[key] = (fn, int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            fn.kernel.ptr, int(threads), int(smem))))
+    return hit[1]
 
 
 def kernel_resources(name: str) -> dict:
@@ -164,7 +158,7 @@ def kernel_resources(name: str) -> dict:
     The same numbers as the ptxas report, read off the loaded kernel, so they describe exactly the
     code that runs.
     """
-    fn = _kernel(name)
+    fn = SOURCE.function(name)
     return {"registers": int(fn.num_regs), "smem_bytes": int(fn.shared_size_bytes),
             "local_bytes": int(fn.local_size_bytes)}
 
@@ -192,7 +186,7 @@ def launch_v0(a, b, c, *, threads: int = THREADS):
     threads = _check_threads(threads)
     if n == 0:
         return c
-    fn = _kernel("vector_add_v0_one_per_thread")
+    fn = SOURCE.function("vector_add_v0_one_per_thread")
     fn((grid_one_per_thread(n, threads),), (threads,), (a, b, c, np.int64(n)))
     return c
 
@@ -205,7 +199,7 @@ def launch_v1(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREA
         return c
     name = "vector_add_v1_grid_stride"
     bps = blocks_per_sm or resident_blocks_per_sm(name, threads)
-    _kernel(name)((grid_stride_blocks(n, _sms(), bps, threads),), (threads,),
+    SOURCE.function(name)((grid_stride_blocks(n, _sms(), bps, threads),), (threads,),
                           (a, b, c, np.int64(n)))
     return c
 
@@ -219,7 +213,7 @@ def launch_v2(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREA
     name = "vector_add_v2_float4"
     bps = blocks_per_sm or resident_blocks_per_sm(name, threads)
     # at least one block even when n < 4: its threads 0..2 write the scalar tail
-    _kernel(name)((grid_stride_blocks(max(n // 4, 1), _sms(), bps, threads),), (threads,),
+    SOURCE.function(name)((grid_stride_blocks(max(n // 4, 1), _sms(), bps, threads),), (threads,),
                           (a, b, c, np.int64(n)))
     return c
 
@@ -241,7 +235,7 @@ def launch_v3(a, b, c, *, threads: int = THREADS):
     grid = grid_tiles(n, threads)
     if grid >= 2**31:
         raise ValueError(f"n = {n} needs {grid} blocks, more than a grid holds; use v1 or v2")
-    _kernel("vector_add_v3_float4_tile")((grid,), (threads,), (a, b, c, np.int64(n)))
+    SOURCE.function("vector_add_v3_float4_tile")((grid,), (threads,), (a, b, c, np.int64(n)))
     return c
 
 
@@ -278,7 +272,7 @@ def launch_branch(by: str, x, y, *, paths: int, iters: int, c: float = 1.0, thre
         raise ValueError(f"x has {n} elements; the branch kernels index with int32 (< 2**31)")
     if n == 0:
         return y
-    _kernel(BRANCH_KERNELS[by])((grid_one_per_thread(n, threads),), (threads,),
+    SOURCE.function(BRANCH_KERNELS[by])((grid_one_per_thread(n, threads),), (threads,),
                                         (x, y, np.int32(n), np.int32(paths), np.int32(iters),
                                          np.float32(c)))
     return y
@@ -290,7 +284,7 @@ def active_masks(paths: int) -> np.ndarray:
         raise ValueError(f"paths must be within 1..32, got {paths}")
     import cupy
     m = cupy.zeros(WARP, dtype=cupy.uint32)
-    _kernel("branch_active_mask")((1,), (WARP,), (m, np.int32(paths)))
+    SOURCE.function("branch_active_mask")((1,), (WARP,), (m, np.int32(paths)))
     return m.get()
 
 
@@ -339,7 +333,7 @@ def launch_read_sum(x4, out, smid, *, ilp: int, threads: int, blocks: int):
     expect_array(x4, "x4", dtype=np.float32, ndim=2, shape=(None, 4), align=16)
     expect_array(out, "out", dtype=np.float32, shape=(int(blocks) * threads,), align=4)
     expect_array(smid, "smid", dtype=np.int32, shape=(int(blocks),), align=4)
-    _kernel(name)((int(blocks),), (threads,), (x4, np.int64(x4.shape[0]), out, smid))
+    SOURCE.function(name)((int(blocks),), (threads,), (x4, np.int64(x4.shape[0]), out, smid))
     return out
 
 
