@@ -14,6 +14,12 @@
 //   v4_cluster_row    a cluster of 2..8 blocks per row, each holding a contiguous slice in registers;
 //                     the blocks' (m, l) states merged through distributed shared memory (DSMEM).
 //                     One read, for rows up to 8 x 1024 x 32 = 262144.
+//   v5_block_raw      v3 keeping each 16-byte chunk raw (4 registers for 4 fp32 or 8 bf16) and
+//                     recomputing e^{x - m} at the write; block size and chunks per thread are template
+//                     parameters and __launch_bounds__ asks for enough blocks per SM. bf16 rows get
+//                     twice the bytes in flight per register.
+//   v6_cluster_raw    v4 the same way, with 256-512-thread blocks so several clusters share an SM and
+//                     one's cluster barriers overlap another's memory traffic.
 //
 // Templates are instantiated by name expression from kernels/softmax.py (softmax_v2_warp_row<float, 8>).
 // The (m, l) state and its merge live in online_softmax.cuh, shared with chapter 15.
@@ -300,6 +306,25 @@ softmax_v3_block_row(const T* __restrict__ x, T* __restrict__ y, int cols) {
 // [[/snippet]]
 
 // [[snippet: softmax_v4]]
+// The cluster-level merge of v4 and v6: every block publishes its state in its own shared memory;
+// after a cluster barrier warp 0 of every block reads all CL states over DSMEM and merges them in the
+// same order, so every block holds the same (m, l) bits in row_state. The second barrier keeps each
+// block's shared memory alive until every reader is done, and makes row_state visible block-wide.
+template <int CL>
+__device__ __forceinline__ void softmax_cluster_merge(cg::cluster_group& cluster, SoftmaxState bs,
+                                                      SoftmaxState& block_state, SoftmaxState& row_state) {
+    if (threadIdx.x == 0) block_state = bs;
+    cluster.sync();                             // every block's state is published
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        SoftmaxState s = softmax_state_empty();
+        if (lane < CL) s = *cluster.map_shared_rank(&block_state, lane);   // DSMEM read
+        s = softmax_warp_merge(s);
+        if (lane == 0) row_state = s;
+    }
+    cluster.sync();
+}
+
 // v4: a cluster of CL blocks (V4_THREADS each) per row; grid (CL, rows). Block rank r holds the
 // contiguous slice of chunks [r * SLICE, (r + 1) * SLICE), SLICE = NC * V4_THREADS, in registers.
 // Each block merges its threads' states, publishes the block state in its shared memory, and after
@@ -325,16 +350,184 @@ softmax_v4_cluster_row(const T* __restrict__ x, T* __restrict__ y, int cols) {
     float v[NC][VEC];                           // [NC, VEC] floats: this thread's part of the slice
     const SoftmaxState mine = softmax_thread_state<T, NC>(x + base, first, V4_THREADS, cols, vec_ok, v);
     const SoftmaxState bs = softmax_block_merge<V4_THREADS>(mine, scratch);
-    if (threadIdx.x == 0) block_state = bs;
-    cluster.sync();                             // every block's state is published
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        SoftmaxState s = softmax_state_empty();
-        if (lane < CL) s = *cluster.map_shared_rank(&block_state, lane);   // DSMEM read
-        s = softmax_warp_merge(s);
-        if (lane == 0) row_state_smem = s;
-    }
-    cluster.sync();                             // remote reads done; row_state_smem visible block-wide
+    softmax_cluster_merge<CL>(cluster, bs, block_state, row_state_smem);
     softmax_write<T, NC>(y + base, first, V4_THREADS, cols, vec_ok, v, mine.m, row_state_smem);
+}
+// [[/snippet]]
+
+// [[snippet: softmax_raw]]
+// The raw-chunk core of v5 and v6. A thread keeps its NC chunks exactly as they came from memory:
+// one 16-byte chunk = 4 registers whatever the dtype, so a bf16 thread holds 8 elements per 4 registers
+// where v2-v4 hold 4 (they widen to fp32 on load). Bytes resident per register double for bf16; the price
+// is a second exponential at the write (y = e^{x - m} / l is recomputed from x instead of rescaled).
+// Elements past the row's end are stored as -inf bits, so they weigh 0 in every pass.
+__device__ __forceinline__ void unpack(const uint4& q, float (&v)[4]) {
+    v[0] = __uint_as_float(q.x); v[1] = __uint_as_float(q.y);
+    v[2] = __uint_as_float(q.z); v[3] = __uint_as_float(q.w);
+}
+__device__ __forceinline__ void unpack(const uint4& q, float (&v)[8]) {
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {                       // a bf16 is the top half of an fp32: one shift/mask
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+
+// The same unpack through PRMT, for the sum pass. Were both passes to use the one above, the compiler
+// would keep the widened floats of the sum pass alive across the merge for the write pass (common
+// subexpressions), and a bf16 thread would hold 8 registers per chunk again instead of 4.
+__device__ __forceinline__ void unpack_prmt(const uint4& q, float (&v)[4]) { unpack(q, v); }
+__device__ __forceinline__ void unpack_prmt(const uint4& q, float (&v)[8]) {
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        unsigned lo, hi;
+        asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(w[k]));   // bytes {0, 0, b0, b1}
+        asm("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(hi) : "r"(w[k]));   // bytes {0, 0, b2, b3}
+        v[2 * k] = __uint_as_float(lo);
+        v[2 * k + 1] = __uint_as_float(hi);
+    }
+}
+
+// Max of the raw chunks: fp32 widened as is; bf16 compared two at a time on the packed pairs (a bf16 max
+// is exact), so no widened copy of the row exists before the sum pass.
+template <typename T, int NC>
+__device__ __forceinline__ float raw_max(const uint4 (&q)[NC]) {
+    if constexpr (sizeof(T) == 4) {
+        float m = SOFTMAX_NEG_INF;
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            float v[4];
+            unpack(q[j], v);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) m = fmaxf(m, v[k]);
+        }
+        return m;
+    } else {
+        __nv_bfloat162 m2 = __bfloat162bfloat162(__ushort_as_bfloat16(0xff80u));   // (-inf, -inf)
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            const unsigned w[4] = {q[j].x, q[j].y, q[j].z, q[j].w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) m2 = __hmax2(m2, *reinterpret_cast<const __nv_bfloat162*>(&w[k]));
+        }
+        return fmaxf(__low2float(m2), __high2float(m2));
+    }
+}
+
+__device__ __forceinline__ unsigned raw_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned raw_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
+template <typename T>
+__device__ __forceinline__ void load_raw(const T* __restrict__ row, int c, int cols, bool vec_ok, uint4& q) {
+    constexpr int VEC = Chunk<T>::VEC;
+    constexpr int BITS = 8 * (int)sizeof(T);
+    constexpr unsigned NEG_INF = sizeof(T) == 4 ? 0xff800000u : 0xff80u;
+    const int e0 = c * VEC;
+    if (vec_ok && e0 < cols) {
+        q = __ldg(reinterpret_cast<const uint4*>(row + e0));
+    } else {
+        unsigned w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            const unsigned b = e0 + k < cols ? raw_bits(row[e0 + k]) : NEG_INF;
+            w[k * BITS / 32] |= b << ((k * BITS) % 32);
+        }
+        q = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+// Load NC chunks (first + j * stride) and return the thread's (m_t, l_t); q keeps the raw bits.
+template <typename T, int NC>
+__device__ __forceinline__ SoftmaxState softmax_raw_state(const T* __restrict__ row, int first, int stride, int cols,
+                                                          bool vec_ok, uint4 (&q)[NC]) {
+    constexpr int VEC = Chunk<T>::VEC;
+#pragma unroll
+    for (int j = 0; j < NC; ++j) load_raw(row, first + j * stride, cols, vec_ok, q[j]);
+    const float m_t = raw_max<T, NC>(q);
+    const float m_safe = softmax_safe_max(m_t);
+    float l_t = 0.f;
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        float v[VEC];
+        unpack_prmt(q[j], v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) l_t += softmax_exp(v[k], m_safe);
+    }
+    return {m_t, l_t};
+}
+
+// y = e^{x - m} / l from the raw chunks and the row's merged state (a fully masked row gives NaN).
+template <typename T, int NC>
+__device__ __forceinline__ void softmax_raw_write(T* __restrict__ row, int first, int stride, int cols, bool vec_ok,
+                                                  const uint4 (&q)[NC], SoftmaxState row_state) {
+    constexpr int VEC = Chunk<T>::VEC;
+    const float m_safe = softmax_safe_max(row_state.m);
+    const float inv_l = softmax_inv_sum(row_state);
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        float v[VEC];
+        unpack(q[j], v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) v[k] = softmax_exp(v[k], m_safe) * inv_l;
+        store_chunk(row, first + j * stride, cols, vec_ok, v);
+    }
+}
+
+// Blocks per SM that ptxas should make room for: the register file (64 Ki registers) over an estimate
+// of 4 registers per chunk plus ~28 for addresses and state, at most 2048 threads. __launch_bounds__
+// turns this into a register cap, so a block size that would otherwise leave half an SM idle cannot.
+template <int NC, int THREADS>
+struct RawOccupancy {
+    static constexpr int REGS = ((4 * NC + 28) + 7) / 8 * 8;
+    static constexpr int BY_REGS = 65536 / (THREADS * REGS);
+    static constexpr int BY_THREADS = 2048 / THREADS;
+    static constexpr int MIN_BLOCKS = BY_REGS < 1 ? 1 : (BY_REGS < BY_THREADS ? BY_REGS : BY_THREADS);
+};
+// [[/snippet]]
+
+// [[snippet: softmax_v5]]
+// v5: v3 with raw chunks: one block of THREADS per row, NC chunks per thread (both template parameters),
+// grid (rows). For bf16 each thread carries 16 x NC bytes in 4 x NC registers, twice v3's bytes per
+// register, so an SM keeps twice the row bytes in flight at the same occupancy.
+template <typename T, int NC, int THREADS>
+__global__ void __launch_bounds__(THREADS, RawOccupancy<NC, THREADS>::MIN_BLOCKS)
+softmax_v5_block_raw(const T* __restrict__ x, T* __restrict__ y, int cols) {
+    constexpr int VEC = Chunk<T>::VEC;
+    __shared__ SoftmaxState scratch[THREADS / 32];
+    const size_t base = (size_t)blockIdx.x * cols;
+    const bool vec_ok = cols % VEC == 0;
+    uint4 q[NC];                                // [NC] raw 16-byte chunks: this thread's part of the row
+    const SoftmaxState mine = softmax_raw_state<T, NC>(x + base, threadIdx.x, THREADS, cols, vec_ok, q);
+    const SoftmaxState row_state = softmax_block_merge<THREADS>(mine, scratch);
+    softmax_raw_write<T, NC>(y + base, threadIdx.x, THREADS, cols, vec_ok, q, row_state);
+}
+// [[/snippet]]
+
+// [[snippet: softmax_v6]]
+// v6: v4 with raw chunks and a free block size: a cluster of CL blocks of THREADS per row, grid (CL, rows),
+// block rank r holding chunks [r * SLICE, (r + 1) * SLICE), SLICE = NC * THREADS. v4's 1024-thread blocks
+// leave one or two blocks per SM, so an SM idles through every cluster barrier; with 256-512 threads and
+// raw chunks several clusters share each SM and one's barrier overlaps another's loads and stores.
+template <typename T, int NC, int THREADS, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, RawOccupancy<NC, THREADS>::MIN_BLOCKS)
+softmax_v6_cluster_raw(const T* __restrict__ x, T* __restrict__ y, int cols) {
+    constexpr int VEC = Chunk<T>::VEC;
+    constexpr int SLICE = NC * THREADS;         // chunks per block
+    __shared__ SoftmaxState scratch[THREADS / 32];
+    __shared__ SoftmaxState block_state;        // read by the whole cluster
+    __shared__ SoftmaxState row_state_smem;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank();
+    const size_t base = (size_t)blockIdx.y * cols;
+    const bool vec_ok = cols % VEC == 0;
+    const int first = rank * SLICE + threadIdx.x;
+
+    uint4 q[NC];                                // [NC] raw 16-byte chunks: this thread's part of the slice
+    const SoftmaxState mine = softmax_raw_state<T, NC>(x + base, first, THREADS, cols, vec_ok, q);
+    const SoftmaxState bs = softmax_block_merge<THREADS>(mine, scratch);
+    softmax_cluster_merge<CL>(cluster, bs, block_state, row_state_smem);
+    softmax_raw_write<T, NC>(y + base, first, THREADS, cols, vec_ok, q, row_state_smem);
 }
 // [[/snippet]]

@@ -35,6 +35,19 @@ V4_THREADS = 1024
 V4_CLUSTERS = (2, 4, 8)
 V4_ELEMS = (16, 32)              # elements per thread in v4: 16 first, 32 only with 8 blocks
 
+# v5 / v6 configurations per dtype name, (NC chunks per thread, THREADS[, CL]), in the order the default
+# geometry tries them: the first whose row capacity (CL x THREADS x NC x VEC elements) holds the row.
+# The defaults keep 4 chunks (64 bytes) per thread where they can: bf16 then carries as many bytes per
+# thread as v3 does for fp32. Extra instances are compiled for the tuning script (scripts/tune).
+V5_DEFAULT = {"float32": ((2, 128), (4, 256), (4, 512), (4, 1024)),
+              "bfloat16": ((1, 128), (2, 128), (4, 128), (4, 256), (4, 512), (4, 1024))}
+V5_EXTRA = {"float32": ((8, 128), (8, 512), (2, 64)),
+            "bfloat16": ((2, 64), (2, 256), (8, 256))}
+V6_DEFAULT = {"float32": ((4, 512, 2), (4, 512, 4), (4, 512, 8), (8, 1024, 8)),
+              "bfloat16": ((4, 512, 2), (4, 512, 4), (4, 512, 8), (8, 512, 8))}
+V6_EXTRA = {"float32": ((8, 512, 4), (4, 1024, 4), (4, 256, 8), (16, 512, 8)),
+            "bfloat16": ((2, 512, 8), (4, 256, 8), (4, 1024, 8), (8, 256, 8))}
+
 
 def _dtypes():
     out = [np.dtype(np.float32)]
@@ -137,14 +150,53 @@ def v4_config(cols: int) -> tuple[int, int] | None:
     return None
 
 
+def raw_capacity(dtype, nc: int, threads: int, cl: int = 1) -> int:
+    """Elements of a row that v5 (cl = 1) or v6 hold: cl blocks x threads x nc chunks x VEC."""
+    return cl * threads * nc * vec(dtype)
+
+
+def raw_config(version: str, cols: int, dtype, config: tuple | None = None) -> tuple:
+    """(NC, THREADS) for v5, (NC, THREADS, CL) for v6: ``config`` if given (it must be instantiated and
+    hold the row), else the first default that holds the row."""
+    table = V5_DEFAULT if version == "v5_block_raw" else V6_DEFAULT
+    extra = V5_EXTRA if version == "v5_block_raw" else V6_EXTRA
+    dn = dtype_name(dtype)
+    if config is not None:
+        config = tuple(int(c) for c in config)
+        if config not in table[dn] + extra[dn]:
+            raise ValueError(f"{version}: config {config} is not instantiated for {dn}; "
+                             f"choose one of {table[dn] + extra[dn]}")
+        if raw_capacity(dtype, *config) < cols:
+            raise ValueError(f"{version}: config {config} holds at most {raw_capacity(dtype, *config)} "
+                             f"elements per row, got cols={cols}")
+        return config
+    for cfg in table[dn]:
+        if raw_capacity(dtype, *cfg) >= cols:
+            return cfg
+    raise ValueError(f"{version} holds at most {raw_capacity(dtype, *table[dn][-1])} {dn} elements per row, "
+                     f"got cols={cols}")
+
+
 def max_cols(version: str, dtype) -> int | None:
-    """Longest row a version handles (None: any)."""
+    """Longest row a version handles with its default configurations (None: any)."""
+    if version in ("v5_block_raw", "v6_cluster_raw"):
+        table = V5_DEFAULT if version == "v5_block_raw" else V6_DEFAULT
+        return raw_capacity(dtype, *table[dtype_name(dtype)][-1])
     return {"v2_warp_row": 32 * vec(dtype) * V2_NC[-1], "v3_block_row": V3_THREADS[-1] * V3_ELEMS,
             "v4_cluster_row": V4_CLUSTERS[-1] * V4_THREADS * V4_ELEMS[-1]}.get(version)
 
 
-def geometry(version: str, rows: int, cols: int, dtype) -> list[Launch]:
-    """The launches of ``version`` for a rows x cols input (pure function, tested on the CPU)."""
+def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = None) -> list[Launch]:
+    """The launches of ``version`` for a rows x cols input (pure function, tested on the CPU).
+    ``config`` picks a non-default instance of v5/v6 (see :func:`raw_config`)."""
+    if config is not None and version not in ("v5_block_raw", "v6_cluster_raw"):
+        raise ValueError(f"{version} takes no config, got {config}")
+    if version == "v5_block_raw":
+        nc, t = raw_config(version, cols, dtype, config)
+        return [Launch(kname("softmax_v5_block_raw", dtype, nc, t), (rows, 1, 1), (t, 1, 1))]
+    if version == "v6_cluster_raw":
+        nc, t, cl = raw_config(version, cols, dtype, config)
+        return [Launch(kname("softmax_v6_cluster_raw", dtype, nc, t, cl), (cl, rows, 1), (t, 1, 1))]
     if version == "v0_three_pass":
         g, b = (rows, 1, 1), (V0_THREADS, 1, 1)
         return [Launch(kname("softmax_v0_three_pass_max", dtype), g, b),
@@ -176,15 +228,20 @@ def geometry(version: str, rows: int, cols: int, dtype) -> list[Launch]:
     raise KeyError(f"unknown softmax version {version!r}")
 
 
-def plan(rows: int, cols: int, dtype) -> str:
-    """The dispatcher's choice: the one-read version that fits the row, else the two-read v1.
+# The dispatcher's table: for each dtype, (longest row, version) in order; the first row limit that
+# holds cols wins. fp32 keeps v3 up to 16384 (it already keeps 64 bytes per thread in flight); bf16 moves
+# to v5, whose raw chunks give it the same 64 bytes. Rows longer than a block go to v6 (rows on grid y).
+PLAN = {"float32": ((1024, "v2_warp_row"), (16384, "v3_block_row"), (262144, "v6_cluster_raw")),
+        "bfloat16": ((2048, "v2_warp_row"), (32768, "v5_block_raw"), (262144, "v6_cluster_raw"))}
 
-    Short rows (one warp's registers hold them): v2, no shared memory, no barrier. Up to 16384: v3,
-    one block holds the row. Up to 262144: v4, a cluster holds the row (rows along grid y, so at most
-    65535 of them). Longer rows, or more rows than v4's grid takes: v1 (two reads).
-    """
-    for version in ("v2_warp_row", "v3_block_row", "v4_cluster_row"):
-        if cols <= max_cols(version, dtype) and (version != "v4_cluster_row" or rows <= MAX_GRID_Y):
+
+def plan(rows: int, cols: int, dtype) -> str:
+    """The dispatcher's choice: the one-read version :data:`PLAN` names for the row length, else the
+    two-read v1 (rows longer than 262144, or more rows than a cluster version's grid y takes)."""
+    for limit, version in PLAN[dtype_name(dtype)]:
+        if cols <= limit and supports(version, cols, dtype):
+            if "cluster" in version and rows > MAX_GRID_Y:
+                break
             return version
     return "v1_online"
 
@@ -200,6 +257,9 @@ def name_expressions() -> tuple[str, ...]:
         names += [kname("softmax_v3_block_row", dt, V3_ELEMS // v, t) for t in V3_THREADS]
         names += [kname("softmax_v4_cluster_row", dt, V4_ELEMS[0] // v, cl) for cl in V4_CLUSTERS]
         names.append(kname("softmax_v4_cluster_row", dt, V4_ELEMS[-1] // v, V4_CLUSTERS[-1]))
+        dn = dtype_name(dt)
+        names += [kname("softmax_v5_block_raw", dt, *c) for c in V5_DEFAULT[dn] + V5_EXTRA[dn]]
+        names += [kname("softmax_v6_cluster_raw", dt, *c) for c in V6_DEFAULT[dn] + V6_EXTRA[dn]]
     return tuple(names)
 
 
@@ -222,6 +282,12 @@ def thread_elements(version: str, cols: int, dtype) -> np.ndarray:
         nc, threads, stride = elems // v, cl * V4_THREADS, V4_THREADS
         rank, t = np.divmod(np.arange(threads), V4_THREADS)
         firsts = rank * nc * V4_THREADS + t
+    elif version in ("v5_block_raw", "v6_cluster_raw"):
+        cfg = raw_config(version, cols, dtype)
+        nc, tpb, cl = cfg[0], cfg[1], (cfg[2] if len(cfg) == 3 else 1)
+        threads, stride = cl * tpb, tpb
+        rank, t = np.divmod(np.arange(threads), tpb)
+        firsts = rank * nc * tpb + t
     else:
         raise KeyError(f"{version} does not hold the row in registers")
     chunks = firsts[:, None] + stride * np.arange(nc)[None, :]             # [threads, NC]
@@ -276,7 +342,7 @@ SOURCE = KernelSource("softmax.cu", name_expressions=name_expressions())
 
 # --- launchers ------------------------------------------------------------------------------------
 
-def _validate(x, y, version: str):
+def _validate(x, y, version: str, config: tuple | None = None):
     expect_array(x, "x", dtype=_dtypes(), ndim=2)
     rows, cols = (int(s) for s in x.shape)
     if rows < 1 or cols < 1:
@@ -285,7 +351,7 @@ def _validate(x, y, version: str):
         raise ValueError(f"x: at most 2**31 - 1 elements (int32 chunk indices), got {rows} x {cols}")
     expect_array(y, "y", dtype=np.dtype(x.dtype), ndim=2, shape=(rows, cols))
     expect_same_device(x, y)
-    launches = geometry(version, rows, cols, x.dtype)
+    launches = geometry(version, rows, cols, x.dtype, config)
     for ln in launches:
         if ln.grid[1] > MAX_GRID_Y:
             raise ValueError(f"x: {rows} rows need {ln.grid[1]} blocks along grid y for {version}, "
@@ -317,9 +383,10 @@ def _launcher(version: str):
     return launch
 
 
-def bind(version: str, x, y):
-    """Validate once and return a zero-argument callable that only launches (for timing loops)."""
-    rows, cols, launches = _validate(x, y, version)
+def bind(version: str, x, y, config: tuple | None = None):
+    """Validate once and return a zero-argument callable that only launches (for timing loops).
+    ``config``: a non-default v5/v6 instance (the tuning script's candidates)."""
+    rows, cols, launches = _validate(x, y, version, config)
     c = np.int32(cols)
     if version == "v0_three_pass":
         import cupy
@@ -349,6 +416,10 @@ VERSIONS = registry(
             "block per row, the row in registers (16 per thread): one read, block-level merge"),
     Version("softmax_v4_cluster_row", "v4_cluster_row", _launcher("v4_cluster_row"),
             "cluster of 2-8 blocks per row, slices in registers, (m, l) merged over DSMEM: one read"),
+    Version("softmax_v5_block_raw", "v5_block_raw", _launcher("v5_block_raw"),
+            "v3 with raw 16-byte chunks in registers (bf16: twice the bytes per register), tunable block"),
+    Version("softmax_v6_cluster_raw", "v6_cluster_raw", _launcher("v6_cluster_raw"),
+            "v4 with raw chunks and 256-512-thread blocks: several clusters per SM overlap their barriers"),
 )
 
 

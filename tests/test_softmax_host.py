@@ -51,8 +51,9 @@ def test_merge_is_commutative_associative_with_identity(rng):
 @pytest.mark.parametrize("rows,cols", TARGETS)
 def test_plan_picks_the_one_read_version_that_fits(rows, cols, dtype):
     v = S.plan(rows, cols, dtype)
-    expected = {1024: "v2_warp_row", 4096: "v3_block_row", 16384: "v3_block_row",
-                65536: "v4_cluster_row", 262144: "v4_cluster_row"}[cols]
+    mid = "v3_block_row" if np.dtype(dtype) == np.float32 else "v5_block_raw"
+    expected = {1024: "v2_warp_row", 4096: mid, 16384: mid,
+                65536: "v6_cluster_raw", 262144: "v6_cluster_raw"}[cols]
     assert v == expected
     (ln,) = S.geometry(v, rows, cols, dtype)
     assert ln.kernel in S.name_expressions()
@@ -63,8 +64,8 @@ def test_plan_picks_the_one_read_version_that_fits(rows, cols, dtype):
 def test_plan_falls_back_to_two_reads_beyond_a_cluster():
     assert S.plan(4, 262145, np.float32) == "v1_online"
     assert S.plan(4, 1, np.float32) == "v2_warp_row"
-    # v4 puts rows on grid y (at most 65535): more rows than that go to v1, which the launcher accepts
-    assert S.plan(S.MAX_GRID_Y, 20000, np.float32) == "v4_cluster_row"
+    # v6 puts rows on grid y (at most 65535): more rows than that go to v1, which the launcher accepts
+    assert S.plan(S.MAX_GRID_Y, 20000, np.float32) == "v6_cluster_raw"
     assert S.plan(S.MAX_GRID_Y + 1, 20000, np.float32) == "v1_online"
     x = FakeDeviceArray((70000, 20000), np.float32)
     (ln,) = S._validate(x, FakeDeviceArray((70000, 20000), np.float32), S.plan(70000, 20000, np.float32))[2]
@@ -81,7 +82,7 @@ def test_every_geometry_is_an_instantiated_template(cols, dtype):
             continue
         for ln in S.geometry(label, 3, cols, dtype):
             assert ln.kernel in S.name_expressions(), ln.kernel
-            if label == "v4_cluster_row":
+            if label in ("v4_cluster_row", "v6_cluster_raw"):
                 cl = int(ln.kernel.rstrip(">").split(",")[-1])
                 assert ln.grid == (cl, 3, 1)           # grid x divisible by the cluster size
 
@@ -89,7 +90,7 @@ def test_every_geometry_is_an_instantiated_template(cols, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cols", [1, 7, 33, 1000, 1024, 2048, 4097, 16384, 20000, 65536, 262144])
 def test_register_versions_hold_every_element_exactly_once(cols, dtype):
-    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row"):
+    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw"):
         if not S.supports(label, cols, dtype):
             continue
         idx = S.thread_elements(label, cols, dtype)
@@ -109,7 +110,8 @@ def test_v2_warp_accesses_are_contiguous_per_instruction():
         assert np.array_equal(np.diff(starts), np.full(31, 4))
 
 
-@pytest.mark.parametrize("label", ["v2_warp_row", "v3_block_row", "v4_cluster_row"])
+@pytest.mark.parametrize("label", ["v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw",
+                                   "v6_cluster_raw"])
 @pytest.mark.parametrize("shape", [(3, 7), (2, 33), (2, 1000), (1, 1), (2, 4097)])
 def test_simulated_algorithm_matches_the_reference(label, shape, rng):
     if not S.supports(label, shape[1], np.float32):
@@ -124,7 +126,7 @@ def test_simulated_algorithm_on_masked_rows_and_large_logits():
     x[1, :] = -np.inf
     x[1, 65] = 2.0                                       # one survivor, held by a late thread
     x[2] = np.linspace(-1e4, 1e4, 70).astype(np.float32)   # large logits
-    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row"):
+    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw"):
         y = S.simulate(label, x)
         assert np.all(np.isnan(y[0]))
         assert y[1, 65] == 1.0 and np.all(np.delete(y[1], 65) == 0)
@@ -187,3 +189,34 @@ def test_bind_validates_like_the_launchers():
         S.bind("v1_online", x, FakeDeviceArray((6, 4), np.float32))
     with pytest.raises(ValueError, match="at most 1024"):
         S.bind("v2_warp_row", FakeDeviceArray((2, 4096), np.float32), FakeDeviceArray((2, 4096), np.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_raw_config_is_instantiated_and_holds_its_rows(dtype):
+    dn = np.dtype(dtype).name
+    names = S.name_expressions()
+    for version, table, extra in (("v5_block_raw", S.V5_DEFAULT, S.V5_EXTRA),
+                                  ("v6_cluster_raw", S.V6_DEFAULT, S.V6_EXTRA)):
+        caps = [S.raw_capacity(dtype, *c) for c in table[dn]]
+        assert caps == sorted(caps), f"{version} defaults must grow in capacity"
+        for cfg in table[dn] + extra[dn]:
+            cap = S.raw_capacity(dtype, *cfg)
+            for cols in (1, cap - 1, cap):
+                (ln,) = S.geometry(version, 3, cols, dtype, cfg)
+                assert ln.kernel in names and ln.block == (cfg[1], 1, 1)
+                if version == "v6_cluster_raw":
+                    assert ln.grid == (cfg[2], 3, 1)
+            with pytest.raises(ValueError, match="holds at most"):
+                S.geometry(version, 3, cap + 1, dtype, cfg)
+    with pytest.raises(ValueError, match="not instantiated"):
+        S.geometry("v5_block_raw", 3, 100, dtype, (3, 96))
+    with pytest.raises(ValueError, match="takes no config"):
+        S.geometry("v3_block_row", 3, 100, dtype, (4, 256))
+
+
+def test_plan_covers_every_row_length_with_a_supporting_version():
+    for dtype in DTYPES:
+        for cols in (1, 1024, 1025, 2048, 2049, 16384, 16385, 32768, 32769, 65536, 262144, 262145):
+            v = S.plan(5, cols, dtype)
+            assert S.supports(v, cols, dtype)
+            S.geometry(v, 5, cols, dtype)

@@ -104,3 +104,62 @@ def test_launchers_reject_bad_arguments():
         S.VERSIONS["v3_block_row"].launch(x, cupy.empty((8, 64), S.BF16))
     with pytest.raises(ValueError, match="C-contiguous"):
         S.VERSIONS["v1_online"].launch(x[:, ::2], cupy.empty((8, 32), cupy.float32))
+
+
+def _raw_configs(dt):
+    from kernels import softmax as S
+    dn = np.dtype(dt).name
+    return ([("v5_block_raw", c) for c in S.V5_DEFAULT[dn] + S.V5_EXTRA[dn]]
+            + [("v6_cluster_raw", c) for c in S.V6_DEFAULT[dn] + S.V6_EXTRA[dn]])
+
+
+@pytest.mark.parametrize("rows", [1, 37, 199])
+def test_every_raw_instance_on_odd_rows_and_widths(rows):
+    # every v5/v6 template instance (the tuning script's candidates too): its full capacity, one element
+    # short of a 16-byte chunk (the scalar path), and a width that leaves later blocks of a cluster empty
+    import cupy
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    for dt in _dtypes():
+        dn = np.dtype(dt).name
+        for version, cfg in _raw_configs(dt):
+            cap = S.raw_capacity(dt, *cfg)
+            for cols in {cap, cap - 1, max(1, cap // 3 + 5)}:
+                r = rows if cap <= 65536 else min(rows, 3)      # keep the long rows' test small
+                x = S.random_input((r, cols), dt, scale=3.0)
+                y = poisoned((r, cols), dt)
+                S.bind(version, x, y, cfg)()
+                cupy.cuda.Device().synchronize()
+                assert_close(y, S.reference(x), dtype=dn, name=f"{version}{cfg} {dn} {(r, cols)}")
+
+
+def test_raw_instances_on_masked_rows_and_large_logits():
+    import cupy
+    from kernels import softmax as S
+    from utils.check import assert_close
+    for dt in _dtypes():
+        dn = np.dtype(dt).name
+        for version, cfg in _raw_configs(dt):
+            cols = S.raw_capacity(dt, *cfg) - 3
+            x32 = cupy.random.standard_normal((4, cols), dtype=cupy.float32) * 1e4
+            x32[0] = -cupy.inf
+            x32[1] = -cupy.inf
+            x32[1, cols - 1] = 1.0
+            x32[2, ::3] = -cupy.inf
+            x = x32 if dt == np.float32 else x32.astype(dt)
+            y = cupy.full(x.shape, 12345.0, dtype=cupy.float32).astype(dt)
+            S.bind(version, x, y, cfg)()
+            name = f"{version}{cfg} {dn} cols={cols}"
+            assert bool(cupy.isnan(y[0].astype(cupy.float32)).all()), f"{name}: fully masked row must be NaN"
+            assert_close(y[1:], S.reference(x)[1:], dtype=dn, name=name)
+
+
+def test_dispatcher_on_every_targets_width():
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    for cols in (1024, 4096, 16384, 65536, 262144):
+        for dt in _dtypes():
+            shape = (3, cols)
+            x = S.random_input(shape, dt, scale=2.0)
+            y = S.softmax(x, out=poisoned(shape, dt))
+            assert_close(y, S.reference(x), dtype=np.dtype(dt).name, name=f"dispatch {S.plan(*shape, dt)} {shape}")
