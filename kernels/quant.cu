@@ -14,11 +14,16 @@
 // W4A16 GEMV (batch 1), GPTQ layout: qweight int32 [K/8, N], qzeros int32 [K/128, N/8], scales bf16 [K/128, N]:
 //   w4a16_gemv_v0_naive     32 columns x all K per block, 16-byte weight loads; nibble -> int -> float, fp32 FMA
 //   w4a16_gemv_v1_magic     v0 with the magic-number conversion and bf16x2 math (4 products per fp32 add)
+//   w4a16_gemv_v2_pipelined v1's arithmetic; weights, x, scales, zeros streamed by a STAGES-deep cp.async
+//                           pipeline through smem; BN columns x a K split per CTA, deterministic split-K
 // W4A16 tensor-core GEMM (Marlin-style, batch 1..64): weights shuffled offline into mma B-fragment order
 // (qmma int32 [N/16, K/64, 32 lanes, 4]), GPTQ qzeros, bf16 scales; A [M, K] bf16, C [M, N] bf16:
 //   w4a16_mma_m16 / _m32    each lane dequantizes one int32 straight into the B fragments of two
 //                           m16n8k16 tiles (lop3 magic, - (128 + z), * s); 8 warps split K by groups;
 //                           next chunk's weights prefetched into registers; partial sums meet in smem
+//   w4a16_marlin<MT,NTW,ST> the same fragments, Marlin's structure: one group per stage through a cp.async
+//                           pipeline (weights, A, scales, zeros), A by ldmatrix from XOR-swizzled smem,
+//                           all M rows per CTA (MT m16 tiles), split-K across CTAs (last CTA sums)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -343,6 +348,30 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v0_naiv
 }
 // [[/snippet]]
 
+// [[snippet: w4a16_gemv_row]]
+// One qweight row of 4 columns (uint4: 4 int32 = 4 columns x 8 k) against its 8 activations:
+// gacc[c] += sum_j x_j (q_jc - z_c). The lop3 pairs are (j, j+4), so x is paired the same way
+// (4 prmt, shared by the 4 columns); 4 products are summed in bf16x2, then the sum goes to fp32.
+__device__ __forceinline__ void gemv_dot_row(uint4 wv, uint4 xv, const __nv_bfloat162 (&zb)[4], float (&gacc)[4]) {
+    const __nv_bfloat162 xp[4] = {u32_as_bf162(__byte_perm(xv.x, xv.z, 0x5410)),   // (x0, x4)
+                                  u32_as_bf162(__byte_perm(xv.x, xv.z, 0x7632)),   // (x1, x5)
+                                  u32_as_bf162(__byte_perm(xv.y, xv.w, 0x5410)),   // (x2, x6)
+                                  u32_as_bf162(__byte_perm(xv.y, xv.w, 0x7632))};  // (x3, x7)
+    const unsigned wc[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        unsigned b[4];
+        int4x8_to_bf16x8_biased(wc[c], b);                  // (128+q_j, 128+q_{j+4})
+        __nv_bfloat162 p = __hmul2(__hsub2(u32_as_bf162(b[0]), zb[c]), xp[0]);
+        p = __hfma2(__hsub2(u32_as_bf162(b[1]), zb[c]), xp[1], p);
+        p = __hfma2(__hsub2(u32_as_bf162(b[2]), zb[c]), xp[2], p);
+        p = __hfma2(__hsub2(u32_as_bf162(b[3]), zb[c]), xp[3], p);
+        const unsigned pu = bf162_as_u32(p);                // 2 sums of 4 products
+        gacc[c] += bf16_lo(pu) + bf16_hi(pu);               // fp32 from here on
+    }
+}
+// [[/snippet]]
+
 // [[snippet: w4a16_gemv_v1]]
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magic(
     const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
@@ -370,26 +399,8 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magi
 #pragma unroll
                 for (int r = 0; r < 8; ++r) wv[r] = __ldcs(qweight + (size_t)(r0 + r) * (N / 4) + (n >> 2));
 #pragma unroll
-                for (int r = 0; r < 8; ++r) {
-                    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + r0 + r);
-                    // x in the lop3 pair order: xp[j] = (x_j, x_{j+4})
-                    const __nv_bfloat162 xp[4] = {u32_as_bf162(__byte_perm(xv.x, xv.z, 0x5410)),
-                                                  u32_as_bf162(__byte_perm(xv.x, xv.z, 0x7632)),
-                                                  u32_as_bf162(__byte_perm(xv.y, xv.w, 0x5410)),
-                                                  u32_as_bf162(__byte_perm(xv.y, xv.w, 0x7632))};
-                    const unsigned wc[4] = {wv[r].x, wv[r].y, wv[r].z, wv[r].w};
-#pragma unroll
-                    for (int c = 0; c < 4; ++c) {
-                        unsigned b[4];
-                        int4x8_to_bf16x8_biased(wc[c], b);                  // (128+q_j, 128+q_{j+4})
-                        __nv_bfloat162 p = __hmul2(__hsub2(u32_as_bf162(b[0]), zb[c]), xp[0]);
-                        p = __hfma2(__hsub2(u32_as_bf162(b[1]), zb[c]), xp[1], p);
-                        p = __hfma2(__hsub2(u32_as_bf162(b[2]), zb[c]), xp[2], p);
-                        p = __hfma2(__hsub2(u32_as_bf162(b[3]), zb[c]), xp[3], p);
-                        const unsigned pu = bf162_as_u32(p);                // 2 sums of 4 products
-                        gacc[c] += bf16_lo(pu) + bf16_hi(pu);               // fp32 from here on
-                    }
-                }
+                for (int r = 0; r < 8; ++r)
+                    gemv_dot_row(wv[r], __ldg(reinterpret_cast<const uint4*>(x) + r0 + r), zb, gacc);
             }
             acc[0] = fmaf(gacc[0], bf16_lo(sv.x), acc[0]);
             acc[1] = fmaf(gacc[1], bf16_hi(sv.x), acc[1]);
@@ -412,6 +423,33 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magi
 // ---------------------------------------------------------------------------------------------------
 #define TC_WARPS 8
 #define TC_NT 4                        // n16 tiles per block
+
+// [[snippet: w4a16_dequant_frags]]
+// One shuffled int32 -> the B fragments of two m16n8k16 tiles: b[0], b[1] (= b0, b1) of the n8 tile
+// at column g, b[2], b[3] of the one at column g + 8 (see pack_mma). lop3 gives 128 + q exactly,
+// hsub2 with (128 + z) leaves q - z exactly, hmul2 with s rounds once: the same bf16 as
+// "dequantize to bf16, then multiply". 3 shifts + 4 lop3 + 4 hsub2 + 4 hmul2 for 8 weights.
+__device__ __forceinline__ void dequant_b_frags(unsigned w, const __nv_bfloat162 (&zb)[2],
+                                                const __nv_bfloat162 (&sb)[2], unsigned (&b)[4]) {
+    int4x8_to_bf16x8_biased(w, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        b[i] = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[i]), zb[i >> 1]), sb[i >> 1]));
+}
+
+// One n16 tile for one k16 step: dequantize the lane's word once, use it against every m16 tile of A.
+template <int MT, int NT>
+__device__ __forceinline__ void dequant_mma_n16(unsigned w, const __nv_bfloat162 (&zb)[2], const __nv_bfloat162 (&sb)[2],
+                                                const unsigned (&a)[MT][4], float (&acc)[MT][NT][2][4], int nt) {
+    unsigned b[4];
+    dequant_b_frags(w, zb, sb, b);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        mma_m16n8k16_bf16(acc[mt][nt][0], a[mt], b[0], b[1]);   // n8 tile at column g
+        mma_m16n8k16_bf16(acc[mt][nt][1], a[mt], b[2], b[3]);   // n8 tile at column g + 8
+    }
+}
+// [[/snippet]]
 
 // [[snippet: w4a16_mma]]
 template <int MT>
@@ -484,17 +522,7 @@ __device__ __forceinline__ void w4a16_mma_body(
 #pragma unroll
                 for (int nt = 0; nt < TC_NT; ++nt) {
                     const unsigned w = j == 0 ? wq[nt].x : j == 1 ? wq[nt].y : j == 2 ? wq[nt].z : wq[nt].w;
-                    unsigned b[4];
-                    int4x8_to_bf16x8_biased(w, b);               // b[0], b[1]: columns g; b[2], b[3]: g + 8
-                    const unsigned b00 = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[0]), zb[nt][0]), sb[nt][0]));
-                    const unsigned b01 = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[1]), zb[nt][0]), sb[nt][0]));
-                    const unsigned b10 = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[2]), zb[nt][1]), sb[nt][1]));
-                    const unsigned b11 = bf162_as_u32(__hmul2(__hsub2(u32_as_bf162(b[3]), zb[nt][1]), sb[nt][1]));
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        mma_m16n8k16_bf16(acc[mt][nt][0], a[mt], b00, b01);
-                        mma_m16n8k16_bf16(acc[mt][nt][1], a[mt], b10, b11);
-                    }
+                    dequant_mma_n16(w, zb[nt], sb[nt], a, acc, nt);
                 }
             }
 #pragma unroll
@@ -531,5 +559,330 @@ extern "C" __global__ void __launch_bounds__(256, 1) w4a16_mma_m32(
     const uint4* __restrict__ qmma, const unsigned* __restrict__ qzeros, const __nv_bfloat16* __restrict__ scales,
     const __nv_bfloat16* __restrict__ A, __nv_bfloat16* __restrict__ C, int M, int K, int N) {
     w4a16_mma_body<2>(qmma, qzeros, scales, A, C, M, K, N);
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// Split-K across CTAs, deterministic. Every split of a tile writes its fp32 partial sums to a
+// workspace [splits, ...]; a counter per tile counts the splits that are done; the CTA that brings
+// the count to `splits` sums the partials in split order (the same order whoever arrives last) and
+// stores bf16. It also resets the counter, so the counters stay zero between launches on a stream.
+// ---------------------------------------------------------------------------------------------------
+// [[snippet: splitk_last_arrival]]
+__device__ __forceinline__ bool splitk_last_arrival(unsigned* __restrict__ counter, int splits) {
+    __shared__ int last;
+    __threadfence();                         // this thread's partials reach L2 before the count does
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned done = atomicAdd(counter, 1u);
+        last = done == unsigned(splits - 1);
+        if (last) *counter = 0u;             // every other split has counted already
+    }
+    __syncthreads();
+    return last;                             // the caller reads the partials with __ldcg (L2, never a stale L1)
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// W4A16 GEMV v2: the same GPTQ tensors and the same arithmetic as v1 (gemv_dot_row), but the
+// weights are streamed through a STAGES-deep cp.async pipeline in shared memory, so the bytes in
+// flight no longer depend on registers, and K is split across CTAs so that every SM holds 2+ CTAs.
+// CTA tile: BN columns x the groups [g_begin, g_end) of its split. Stage = one group:
+//   W [16 qweight rows, BN/4 uint4] | x [128] bf16 | scales [BN] bf16 | qzeros [BN/8] int32
+// Thread (rb, quad) = (tid / (BN/4), tid % (BN/4)) owns columns 4 quad .. 4 quad + 3 and the
+// qweight rows rb, rb + 256/(BN/4), ... of every stage; its partial sums meet the other rb's in smem.
+// Requires K % 128 == 0 and N % 8 == 0 (as v1).
+// ---------------------------------------------------------------------------------------------------
+template <int BN>
+struct GemvStage {
+    static constexpr int QUADS = BN / 4;                         // uint4 (4 columns) per qweight row
+    static constexpr int W_BYTES = ROWS_PER_GROUP * BN * 4;      // [16, BN] int32
+    static constexpr int X_BYTES = GROUP * 2;                    // [128] bf16
+    static constexpr int S_BYTES = BN * 2;                       // [BN] bf16
+    static constexpr int Z_BYTES = BN / 2;                       // [BN/8] int32
+    static constexpr int BYTES = W_BYTES + X_BYTES + S_BYTES + Z_BYTES;
+};
+
+// Issue the cp.async of group g into one stage; columns past N are zero-filled.
+template <int BN>
+__device__ __forceinline__ void gemv_load_stage(unsigned char* st, int g, int n0, int N,
+                                                const uint4* __restrict__ qweight, const unsigned* __restrict__ qzeros,
+                                                const __nv_bfloat16* __restrict__ scales,
+                                                const __nv_bfloat16* __restrict__ x) {
+    using S = GemvStage<BN>;
+    uint4* sw = reinterpret_cast<uint4*>(st);                    // [16 rows][QUADS]
+    for (int i = threadIdx.x; i < ROWS_PER_GROUP * S::QUADS; i += GEMV_THREADS) {
+        const int r = i / S::QUADS, c4 = n0 / 4 + i % S::QUADS;
+        const bool ok = c4 < N / 4;
+        cp_async16(sw + i, qweight + (size_t)(g * ROWS_PER_GROUP + r) * (N / 4) + (ok ? c4 : 0), ok ? 16 : 0);
+    }
+    const int t = threadIdx.x;
+    if (t < S::X_BYTES / 16) {
+        cp_async16(st + S::W_BYTES + 16 * t, x + g * GROUP + 8 * t);
+    } else if (t < S::X_BYTES / 16 + S::S_BYTES / 16) {
+        const int c = t - S::X_BYTES / 16, col = n0 + 8 * c;     // 8 scales per 16 bytes
+        const bool ok = col < N;
+        cp_async16(st + S::W_BYTES + S::X_BYTES + 16 * c, scales + (size_t)g * N + (ok ? col : 0), ok ? 16 : 0);
+    } else if (t < S::X_BYTES / 16 + S::S_BYTES / 16 + (S::Z_BYTES + 15) / 16) {
+        const int c = t - S::X_BYTES / 16 - S::S_BYTES / 16, word = n0 / 8 + 4 * c;   // 4 words per 16 bytes
+        const int valid = max(0, min(4, N / 8 - word));
+        cp_async16(st + S::W_BYTES + S::X_BYTES + S::S_BYTES + 16 * c,
+                   qzeros + (size_t)g * (N / 8) + (valid ? word : 0), 4 * valid);
+    }
+}
+
+// [[snippet: w4a16_gemv_v2]]
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(GEMV_THREADS) w4a16_gemv_v2_pipelined(
+    const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ x,        // [K]
+    __nv_bfloat16* __restrict__ out,            // [N]
+    float* __restrict__ ws,                     // [splits, N] fp32 partial sums (splits > 1)
+    unsigned* __restrict__ counters,            // [gridDim.x] zero between launches
+    int K, int N) {
+    using S = GemvStage<BN>;
+    constexpr int ROW_THREADS = GEMV_THREADS / S::QUADS;          // threads sharing one column quad
+    constexpr int ROWS_PER_THREAD = ROWS_PER_GROUP / ROW_THREADS;
+    static_assert(ROWS_PER_GROUP % ROW_THREADS == 0, "BN must be 64, 128 or 256");
+    extern __shared__ __align__(16) unsigned char smem[];       // [STAGES][S::BYTES]
+    const int n0 = blockIdx.x * BN, split = blockIdx.y, splits = gridDim.y;
+    const int groups = K / GROUP;
+    const int g_begin = (int)((long long)split * groups / splits);
+    const int g_count = (int)((long long)(split + 1) * groups / splits) - g_begin;
+    const int quad = threadIdx.x % S::QUADS, rb = threadIdx.x / S::QUADS;
+
+    // prologue: STAGES - 1 groups in flight before any arithmetic
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < g_count) gemv_load_stage<BN>(smem + s * S::BYTES, g_begin + s, n0, N, qweight, qzeros, scales, x);
+        cp_async_commit();                                       // empty groups keep the count uniform
+    }
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int i = 0; i < g_count; ++i) {
+        cp_async_wait<STAGES - 2>();                             // group i has landed (this thread's part)
+        __syncthreads();                                         // ... everyone's; slot (i-1) % STAGES is free
+        const int nxt = i + STAGES - 1;
+        if (nxt < g_count)
+            gemv_load_stage<BN>(smem + (nxt % STAGES) * S::BYTES, g_begin + nxt, n0, N, qweight, qzeros, scales, x);
+        cp_async_commit();
+
+        const unsigned char* st = smem + (i % STAGES) * S::BYTES;
+        const uint4* sw = reinterpret_cast<const uint4*>(st);
+        const uint4* sx = reinterpret_cast<const uint4*>(st + S::W_BYTES);
+        const uint2 sv = reinterpret_cast<const uint2*>(st + S::W_BYTES + S::X_BYTES)[quad];      // s of 4 columns
+        const unsigned zw = reinterpret_cast<const unsigned*>(st + S::W_BYTES + S::X_BYTES + S::S_BYTES)[quad / 2]
+                            >> ((quad & 1) * 16);                                                    // z of 4 columns
+        __nv_bfloat162 zb[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) zb[c] = u32_as_bf162(bf16x2_biased_zero((zw >> (4 * c)) & 0xfu));
+        float gacc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_THREAD; ++r) {
+            const int row = rb + r * ROW_THREADS;                 // qweight row within the group
+            gemv_dot_row(sw[row * S::QUADS + quad], sx[row], zb, gacc);
+        }
+        acc[0] = fmaf(gacc[0], bf16_lo(sv.x), acc[0]);
+        acc[1] = fmaf(gacc[1], bf16_hi(sv.x), acc[1]);
+        acc[2] = fmaf(gacc[2], bf16_lo(sv.y), acc[2]);
+        acc[3] = fmaf(gacc[3], bf16_hi(sv.y), acc[3]);
+    }
+    cp_async_wait<0>();
+    __syncthreads();                                             // stage memory is free: reuse it
+    float* red = reinterpret_cast<float*>(smem);                 // [ROW_THREADS][BN]
+#pragma unroll
+    for (int c = 0; c < 4; ++c) red[rb * BN + 4 * quad + c] = acc[c];
+    __syncthreads();
+    const int col = n0 + threadIdx.x;
+    float sum = 0.f;
+    if (threadIdx.x < BN) {
+#pragma unroll
+        for (int r = 0; r < ROW_THREADS; ++r) sum += red[r * BN + threadIdx.x];
+    }
+    if (splits == 1) {
+        if (threadIdx.x < BN && col < N) out[col] = __float2bfloat16_rn(sum);
+        return;
+    }
+    if (threadIdx.x < BN && col < N) ws[(size_t)split * N + col] = sum;
+    if (splitk_last_arrival(counters + blockIdx.x, splits) && threadIdx.x < BN && col < N) {
+        float total = 0.f;
+        for (int s = 0; s < splits; ++s) total += __ldcg(ws + (size_t)s * N + col);
+        out[col] = __float2bfloat16_rn(total);
+    }
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// W4A16 tensor-core GEMM v2, Marlin's structure: C [M, N] = A [M, K] @ dequant(W), M <= 64.
+// Weights: the same offline shuffle as w4a16_mma (qmma [N/16, K/64, 32, 4]: a lane's 16 bytes are its
+// B fragments for 4 k16 steps); GPTQ qzeros; bf16 scales.
+// CTA: 8 warps, BN = 128 NTW columns (warp w owns n16 tiles w NTW .. w NTW + NTW - 1), all M rows
+// (MT m16 tiles, zero rows past M), the groups [g_begin, g_end) of its K split.
+// Stage = one group (k128), streamed by cp.async, STAGES deep:
+//   W [NT_CTA n16 tiles][2 k64][32 lanes] uint4 | A [16 MT rows][128] bf16, 16-byte chunks XOR-swizzled
+//   by row % 8 so that ldmatrix is conflict-free | scales [BN] bf16 | qzeros [BN/8] int32
+// Inner loop per k16 step: ldmatrix.x4 the A fragment of each m16 tile; dequantize each owned n16
+// tile's word into B fragments (dequant_b_frags); 2 mma per (m16 tile, n16 tile). fp32 accumulators
+// stay in registers across the whole K range; split-K partials meet as in the GEMV.
+// Requires K % 128 == 0, N % 16 == 0, 1 <= M <= 16 MT.
+// ---------------------------------------------------------------------------------------------------
+template <int MT, int NTW>
+struct MarlinStage {
+    static constexpr int NT_CTA = 8 * NTW;                       // n16 tiles per CTA
+    static constexpr int BN = 16 * NT_CTA;
+    static constexpr int W_BYTES = NT_CTA * 1024;                // [NT_CTA][2][32] uint4
+    static constexpr int A_BYTES = 16 * MT * GROUP * 2;          // [16 MT][128] bf16
+    static constexpr int S_BYTES = BN * 2;
+    static constexpr int Z_BYTES = BN / 2;
+    static constexpr int BYTES = W_BYTES + A_BYTES + S_BYTES + Z_BYTES;
+};
+
+template <int MT, int NTW>
+__device__ __forceinline__ void marlin_load_stage(unsigned char* st, int g, int nt0, int M, int K, int N,
+                                                  const uint4* __restrict__ qmma, const unsigned* __restrict__ qzeros,
+                                                  const __nv_bfloat16* __restrict__ scales,
+                                                  const __nv_bfloat16* __restrict__ A) {
+    using S = MarlinStage<MT, NTW>;
+    const int ntiles = N / 16, kchunks = K / 64;
+    uint4* sw = reinterpret_cast<uint4*>(st);
+    for (int i = threadIdx.x; i < S::NT_CTA * 64; i += 256) {    // 1 KB contiguous per n16 tile
+        const int tile = nt0 + i / 64;
+        const bool ok = tile < ntiles;
+        cp_async16(sw + i, qmma + ((size_t)(ok ? tile : 0) * kchunks + 2 * g) * 32 + i % 64, ok ? 16 : 0);
+    }
+    unsigned char* sa = st + S::W_BYTES;
+    for (int i = threadIdx.x; i < 16 * MT * 16; i += 256) {      // row r, 16-byte chunk c (8 k)
+        const int r = i / 16, c = i % 16;
+        const bool ok = r < M;
+        cp_async16(sa + r * 256 + ((c ^ (r & 7)) * 16), A + (size_t)(ok ? r : 0) * K + g * GROUP + 8 * c, ok ? 16 : 0);
+    }
+    const int t = threadIdx.x;
+    if (t < S::S_BYTES / 16) {
+        const int col = nt0 * 16 + 8 * t;
+        const bool ok = col < N;
+        cp_async16(st + S::W_BYTES + S::A_BYTES + 16 * t, scales + (size_t)g * N + (ok ? col : 0), ok ? 16 : 0);
+    } else if (t < S::S_BYTES / 16 + S::Z_BYTES / 16) {
+        const int c = t - S::S_BYTES / 16, word = nt0 * 2 + 4 * c;
+        const int valid = max(0, min(4, N / 8 - word));
+        cp_async16(st + S::W_BYTES + S::A_BYTES + S::S_BYTES + 16 * c,
+                   qzeros + (size_t)g * (N / 8) + (valid ? word : 0), 4 * valid);
+    }
+}
+
+// Visit the output pairs a lane owns: f(v0, v1, row * N + col) with the two accumulators of columns col,
+// col + 1, for rows mt*16 + g + 8p < M and columns col0 + 16 j + 8 h < N (col0 = the lane's first column:
+// (first n16 tile of the warp) * 16 + 2t).
+template <int MT, int NTW, typename F>
+__device__ __forceinline__ void marlin_for_each_pair(const float (&acc)[MT][NTW][2][4], int M, int N, int col0,
+                                                     int g, F&& f) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NTW; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const int row = mt * 16 + g + 8 * p, col = col0 + 16 * j + 8 * h;
+                    if (row < M && col < N) f(acc[mt][j][h][2 * p], acc[mt][j][h][2 * p + 1], (size_t)row * N + col);
+                }
+}
+
+// [[snippet: w4a16_marlin]]
+template <int MT, int NTW, int STAGES>
+__global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up to 128 registers
+    const uint4* __restrict__ qmma,             // [N/16, K/64, 32] uint4
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ A,        // [M, K]
+    __nv_bfloat16* __restrict__ C,              // [M, N]
+    float* __restrict__ ws,                     // [splits, M, N] fp32 partials (splits > 1)
+    unsigned* __restrict__ counters,            // [gridDim.x] zero between launches
+    int M, int K, int N) {
+    using S = MarlinStage<MT, NTW>;
+    extern __shared__ __align__(16) unsigned char smem[];       // [STAGES][S::BYTES]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int nt0 = blockIdx.x * S::NT_CTA, split = blockIdx.y, splits = gridDim.y;
+    const int groups = K / GROUP;
+    const int g_begin = (int)((long long)split * groups / splits);
+    const int g_count = (int)((long long)(split + 1) * groups / splits) - g_begin;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < g_count) marlin_load_stage<MT, NTW>(smem + s * S::BYTES, g_begin + s, nt0, M, K, N, qmma, qzeros, scales, A);
+        cp_async_commit();
+    }
+    float acc[MT][NTW][2][4] = {};              // [m16 tile][owned n16 tile][n8 half][fragment], fp32
+
+    for (int i = 0; i < g_count; ++i) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int nxt = i + STAGES - 1;
+        if (nxt < g_count)
+            marlin_load_stage<MT, NTW>(smem + (nxt % STAGES) * S::BYTES, g_begin + nxt, nt0, M, K, N, qmma, qzeros, scales, A);
+        cp_async_commit();
+
+        const unsigned char* st = smem + (i % STAGES) * S::BYTES;
+        const uint4* sw = reinterpret_cast<const uint4*>(st);
+        const unsigned char* sa = st + S::W_BYTES;
+        const __nv_bfloat16* ss = reinterpret_cast<const __nv_bfloat16*>(st + S::W_BYTES + S::A_BYTES);
+        const unsigned* sz = reinterpret_cast<const unsigned*>(st + S::W_BYTES + S::A_BYTES + S::S_BYTES);
+        __nv_bfloat162 sb[NTW][2], zb[NTW][2];  // (s, s), (128 + z, 128 + z) of columns g and g + 8
+#pragma unroll
+        for (int j = 0; j < NTW; ++j) {
+            const int ntl = warp * NTW + j;
+            sb[j][0] = __bfloat162bfloat162(ss[16 * ntl + g]);
+            sb[j][1] = __bfloat162bfloat162(ss[16 * ntl + g + 8]);
+            zb[j][0] = u32_as_bf162(bf16x2_biased_zero((sz[2 * ntl] >> (4 * g)) & 0xfu));
+            zb[j][1] = u32_as_bf162(bf16x2_biased_zero((sz[2 * ntl + 1] >> (4 * g)) & 0xfu));
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            uint4 wq[NTW];
+#pragma unroll
+            for (int j = 0; j < NTW; ++j) wq[j] = sw[((warp * NTW + j) * 2 + half) * 32 + lane];
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const int ks = half * 4 + kk;                    // k16 step within the group
+                unsigned a[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {                // row mt*16 + lane%16, k chunk 2 ks + lane/16
+                    const int r = mt * 16 + (lane & 15), c = 2 * ks + (lane >> 4);
+                    ldmatrix_x4(a[mt], sa + r * 256 + ((c ^ (r & 7)) * 16));
+                }
+#pragma unroll
+                for (int j = 0; j < NTW; ++j) {
+                    const unsigned w = kk == 0 ? wq[j].x : kk == 1 ? wq[j].y : kk == 2 ? wq[j].z : wq[j].w;
+                    dequant_mma_n16(w, zb[j], sb[j], a, acc, j);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // epilogue: lane (g, t) holds rows mt*16 + g (+8), columns 2t, 2t+1 of each n8 tile
+    const int col0 = (nt0 + warp * NTW) * 16 + 2 * t;
+    if (splits == 1) {
+        marlin_for_each_pair(acc, M, N, col0, g, [&](float v0, float v1, size_t at) {
+            *reinterpret_cast<__nv_bfloat162*>(C + at) = __floats2bfloat162_rn(v0, v1);
+        });
+        return;
+    }
+    float* part = ws + (size_t)split * M * N;
+    marlin_for_each_pair(acc, M, N, col0, g, [&](float v0, float v1, size_t at) {
+        *reinterpret_cast<float2*>(part + at) = make_float2(v0, v1);
+    });
+    if (!splitk_last_arrival(counters + blockIdx.x, splits)) return;
+    marlin_for_each_pair(acc, M, N, col0, g, [&](float, float, size_t at) {
+        float2 sum = make_float2(0.f, 0.f);
+        for (int s = 0; s < splits; ++s) {                       // split order: deterministic
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(ws + (size_t)s * M * N + at));
+            sum.x += v.x;
+            sum.y += v.y;
+        }
+        *reinterpret_cast<__nv_bfloat162*>(C + at) = __floats2bfloat162_rn(sum.x, sum.y);
+    });
 }
 // [[/snippet]]

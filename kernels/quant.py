@@ -32,7 +32,23 @@ except ImportError:                   # pragma: no cover
     ml_dtypes = None
     BF16 = FP8_E4M3 = None
 
-SOURCE = KernelSource("quant.cu")
+# Template instances (CTA tile and pipeline depth): the defaults below plus the variants the tuning
+# script compares. One NVRTC compile builds them all.
+GEMV_V2_CONFIGS = ((128, 4), (128, 8), (256, 4), (64, 8))                 # (BN columns, stages)
+MARLIN_CONFIGS = ((1, 1, 4), (1, 2, 4), (1, 1, 6), (1, 2, 3), (2, 1, 4), (2, 1, 6), (3, 1, 4), (4, 1, 4),
+                  (4, 1, 3))                                               # (m16 tiles, n16 tiles per warp, stages)
+
+
+def gemv_v2_name(bn: int, stages: int) -> str:
+    return f"w4a16_gemv_v2_pipelined<{bn}, {stages}>"
+
+
+def marlin_name(mt: int, ntw: int, stages: int) -> str:
+    return f"w4a16_marlin<{mt}, {ntw}, {stages}>"
+
+
+SOURCE = KernelSource("quant.cu", name_expressions=tuple(
+    [gemv_v2_name(*c) for c in GEMV_V2_CONFIGS] + [marlin_name(*c) for c in MARLIN_CONFIGS]))
 
 GROUP = 128
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)      # AutoAWQ: nibble i of a word holds column 8c + AWQ_ORDER[i]
@@ -331,27 +347,124 @@ def gemv_grid(N: int) -> tuple[int, int, int]:
     return (ceil_div(N, GEMV_COLS), 1, 1)
 
 
+def _gemv_validate(x, qweight, qzeros, scales, out) -> tuple[int, int]:
+    """Check the GEMV's arguments (GPTQ tensors, batch 1); return (K, N)."""
+    bf16 = _bf16()
+    expect_array(x, "x", dtype=bf16, ndim=2)
+    if int(x.shape[0]) != 1:
+        raise ValueError(f"x: expected one row (batch 1, shape (1, K)), got shape {tuple(x.shape)}")
+    K = int(x.shape[1])
+    expect_array(qweight, "qweight", dtype=np.int32, ndim=2)
+    N = int(qweight.shape[1])
+    gemv_check_shapes(K, N)
+    expect_array(qweight, "qweight", dtype=np.int32, shape=(K // 8, N))
+    expect_array(qzeros, "qzeros", dtype=np.int32, shape=(K // GROUP, N // 8))
+    expect_array(scales, "scales", dtype=bf16, shape=(K // GROUP, N))
+    expect_array(out, "out", dtype=bf16, shape=(1, N))
+    expect_same_device(x, qweight, qzeros, scales, out)
+    return K, N
+
+
 def _gemv_launcher(kernel: str):
     def launch(x, qweight, qzeros, scales, out):
-        bf16 = _bf16()
-        expect_array(x, "x", dtype=bf16, ndim=2)
-        if int(x.shape[0]) != 1:
-            raise ValueError(f"x: expected one row (batch 1, shape (1, K)), got shape {tuple(x.shape)}")
-        K = int(x.shape[1])
-        expect_array(qweight, "qweight", dtype=np.int32, ndim=2)
-        N = int(qweight.shape[1])
-        gemv_check_shapes(K, N)
-        expect_array(qweight, "qweight", dtype=np.int32, shape=(K // 8, N))
-        expect_array(qzeros, "qzeros", dtype=np.int32, shape=(K // GROUP, N // 8))
-        expect_array(scales, "scales", dtype=bf16, shape=(K // GROUP, N))
-        expect_array(out, "out", dtype=bf16, shape=(1, N))
-        expect_same_device(x, qweight, qzeros, scales, out)
+        K, N = _gemv_validate(x, qweight, qzeros, scales, out)
         SOURCE.function(kernel)(gemv_grid(N), (THREADS, 1, 1),
                                 (qweight, qzeros, scales, x, out, np.int32(K), np.int32(N)))
         return out
     launch.__name__ = f"launch_{kernel}"
     launch.__doc__ = f"Launch {kernel}: out (1, N) = x (1, K) @ dequant(qweight, qzeros, scales), bf16."
     return launch
+
+
+# --- split-K planning and scratch memory (GEMV v2 and the Marlin-style GEMM) -------------------------
+
+SMEM_PER_SM = 228 * 1024                   # H100/H200: shared memory per SM, 1 KB of it reserved per CTA
+SMEM_RESERVED_PER_CTA = 1024
+H200_SMS = 132
+
+
+def gemv_v2_stage_bytes(bn: int) -> int:
+    """One stage of w4a16_gemv_v2: 16 qweight rows x BN columns, 128 x, BN scales, BN/8 zero words."""
+    return 16 * bn * 4 + GROUP * 2 + bn * 2 + bn // 2
+
+
+def marlin_stage_bytes(mt: int, ntw: int) -> int:
+    """One stage of w4a16_marlin: 8 NTW n16 tiles x k128 of weights, 16 MT rows x 128 of A, scales, zeros."""
+    bn = 128 * ntw
+    return 8 * ntw * 1024 + 16 * mt * GROUP * 2 + bn * 2 + bn // 2
+
+
+def ctas_per_sm_by_smem(smem: int, cap: int = 8) -> int:
+    """How many CTAs with ``smem`` bytes of dynamic shared memory fit on one SM (registers not counted)."""
+    return max(1, min(cap, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)))
+
+
+def plan_splits(tiles: int, groups: int, sms: int, ctas_per_sm: int) -> int:
+    """K splits so that tiles x splits CTAs fill ``ctas_per_sm`` slots on every SM (at least one group each)."""
+    want = max(1, round(sms * ctas_per_sm / tiles))
+    return max(1, min(groups, want))
+
+
+def _sms() -> int:
+    import cupy
+    dev = cupy.cuda.Device()
+    return int(dev.attributes["MultiProcessorCount"])
+
+
+_SCRATCH: dict = {}
+
+
+def _scratch(kind: str, n: int, dtype):
+    """A cached device array of at least ``n`` elements per device (zeros when first allocated).
+
+    Split-K counters must be zero before a launch; the kernels set them back to zero when they finish,
+    so one zeroed allocation serves every later launch on the same stream."""
+    import cupy
+    key = (cupy.cuda.Device().id, kind)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.size < n:
+        buf = cupy.zeros(max(n, 4096), dtype=dtype)
+        _SCRATCH[key] = buf
+    return buf
+
+
+def _set_smem(fn, smem: int):
+    if fn.max_dynamic_shared_size_bytes < smem:       # opt in above the default 48 KB
+        fn.max_dynamic_shared_size_bytes = int(smem)
+    return fn
+
+
+GEMV_V2_DEFAULT = (128, 4)                 # (BN, stages)
+
+
+def gemv_v2_plan(K: int, N: int, bn: int | None = None, stages: int | None = None, splits: int | None = None,
+                 sms: int = H200_SMS):
+    """(kernel name, grid, dynamic smem bytes) of w4a16_gemv_v2 for a 1 x K x N product."""
+    gemv_check_shapes(K, N)
+    bn = bn or GEMV_V2_DEFAULT[0]
+    stages = stages or GEMV_V2_DEFAULT[1]
+    if (bn, stages) not in GEMV_V2_CONFIGS:
+        raise ValueError(f"w4a16_gemv_v2: (BN, stages) = {(bn, stages)} is not instantiated; "
+                         f"choose one of {GEMV_V2_CONFIGS}")
+    smem = stages * gemv_v2_stage_bytes(bn)
+    tiles, groups = ceil_div(N, bn), K // GROUP
+    if splits is None:
+        splits = plan_splits(tiles, groups, sms, min(2, ctas_per_sm_by_smem(smem)))
+    if not 1 <= splits <= groups:
+        raise ValueError(f"splits = {splits}: expected 1 .. {groups} (K / 128 groups)")
+    return gemv_v2_name(bn, stages), (tiles, splits, 1), smem
+
+
+def launch_gemv_v2(x, qweight, qzeros, scales, out, *, bn=None, stages=None, splits=None):
+    """out (1, N) = x (1, K) @ dequant(GPTQ tensors), bf16, through the cp.async pipeline (w4a16_gemv_v2)."""
+    K, N = _gemv_validate(x, qweight, qzeros, scales, out)
+    name, grid, smem = gemv_v2_plan(K, N, bn, stages, splits, sms=_sms())
+    ws = _scratch("ws", grid[1] * N if grid[1] > 1 else 1, np.float32)
+    counters = _scratch("counters", grid[0], np.uint32)
+    _set_smem(SOURCE.function(name), smem)(grid, (THREADS, 1, 1),
+                                           (qweight, qzeros, scales, x, out, ws, counters, np.int32(K), np.int32(N)),
+                                           shared_mem=smem)
+    return out
 
 
 CONVERT_VERSIONS = registry(
@@ -374,9 +487,11 @@ GEMV_VERSIONS = registry(
             "32 columns x all K per block, 16-byte weight loads, shift/mask/int-to-float, fp32 FMA"),
     Version("w4a16_gemv_v1_magic", "v1_magic", _gemv_launcher("w4a16_gemv_v1_magic"),
             "v0 with the magic-number conversion and bf16x2 products, fp32 sums every 4 products"),
+    Version("w4a16_gemv_v2_pipelined", "v2_pipelined", launch_gemv_v2,
+            "v1's arithmetic; a cp.async pipeline through smem keeps ~50 KB in flight per SM; split-K over CTAs"),
 )
 
-BEST_GEMV = "v1_magic"
+BEST_GEMV = "v2_pipelined"
 
 
 # --- W4A16 tensor-core GEMM (Marlin-style) ---------------------------------------------------------
@@ -432,8 +547,8 @@ def mma_kernel_and_grid(M: int, N: int):
     return "w4a16_mma_m32", (ceil_div(N, MMA_COLS), ceil_div(M, 32), 1)
 
 
-def launch_mma(a, qmma, qzeros, scales, out):
-    """out (M, N) bf16 = a (M, K) bf16 @ dequant(qmma, qzeros, scales) on tensor cores (mma.sync)."""
+def _mma_validate(a, qmma, qzeros, scales, out) -> tuple[int, int, int]:
+    """Check the tensor-core GEMM's arguments (shuffled weights, GPTQ zeros, bf16 scales); return (M, K, N)."""
     bf16 = _bf16()
     expect_array(a, "a", dtype=bf16, ndim=2)
     M, K = (int(s) for s in a.shape)
@@ -445,6 +560,12 @@ def launch_mma(a, qmma, qzeros, scales, out):
     expect_array(scales, "scales", dtype=bf16, shape=(K // GROUP, N))
     expect_array(out, "out", dtype=bf16, shape=(M, N))
     expect_same_device(a, qmma, qzeros, scales, out)
+    return M, K, N
+
+
+def launch_mma(a, qmma, qzeros, scales, out):
+    """out (M, N) bf16 = a (M, K) bf16 @ dequant(qmma, qzeros, scales) on tensor cores (mma.sync)."""
+    M, K, N = _mma_validate(a, qmma, qzeros, scales, out)
     kernel, grid = mma_kernel_and_grid(M, N)
     SOURCE.function(kernel)(grid, (THREADS, 1, 1),
                             (qmma, qzeros, scales, a, out, np.int32(M), np.int32(K), np.int32(N)))
@@ -467,3 +588,66 @@ def gemv_reference(x, qweight, qzeros, scales):
     z = unpack_nibbles(qzeros, 1, SEQ_ORDER)
     w = dequantize_int4(q, scales.astype(xp.float32), z)
     return x.astype(xp.float32) @ w
+
+
+# --- W4A16 tensor-core GEMM v2: Marlin's structure ---------------------------------------------------
+
+MARLIN_MAX_M = 64
+MARLIN_DEFAULT = {1: (1, 4), 2: (1, 4), 3: (1, 4), 4: (1, 4)}     # m16 tiles -> (n16 tiles per warp, stages)
+
+
+def marlin_plan(M: int, K: int, N: int, ntw: int | None = None, stages: int | None = None,
+                splits: int | None = None, sms: int = H200_SMS):
+    """(kernel name, grid, dynamic smem bytes) of w4a16_marlin for an M x K x N product."""
+    mma_check_shapes(M, K, N)
+    if M > MARLIN_MAX_M:
+        raise ValueError(f"M = {M}: w4a16_marlin keeps all rows of A in one CTA and takes M <= {MARLIN_MAX_M}; "
+                         "larger batches are compute-bound, use a dense GEMM on dequantized weights")
+    mt = ceil_div(M, 16)
+    d_ntw, d_stages = MARLIN_DEFAULT[mt]
+    ntw, stages = ntw or d_ntw, stages or d_stages
+    if (mt, ntw, stages) not in MARLIN_CONFIGS:
+        avail = [c[1:] for c in MARLIN_CONFIGS if c[0] == mt]
+        raise ValueError(f"w4a16_marlin: (n16 tiles per warp, stages) = {(ntw, stages)} is not instantiated "
+                         f"for {mt} m16 tiles (M = {M}); choose one of {avail}")
+    smem = stages * marlin_stage_bytes(mt, ntw)
+    tiles, groups = ceil_div(N, 128 * ntw), K // GROUP
+    if splits is None:
+        splits = plan_splits(tiles, groups, sms, min(2, ctas_per_sm_by_smem(smem)))
+    if not 1 <= splits <= groups:
+        raise ValueError(f"splits = {splits}: expected 1 .. {groups} (K / 128 groups)")
+    return marlin_name(mt, ntw, stages), (tiles, splits, 1), smem
+
+
+def launch_marlin(a, qmma, qzeros, scales, out, *, ntw=None, stages=None, splits=None):
+    """out (M, N) bf16 = a (M, K) bf16 @ dequant(qmma, qzeros, scales), M <= 64, Marlin-style (w4a16_marlin)."""
+    M, K, N = _mma_validate(a, qmma, qzeros, scales, out)
+    name, grid, smem = marlin_plan(M, K, N, ntw, stages, splits, sms=_sms())
+    ws = _scratch("ws", grid[1] * M * N if grid[1] > 1 else 1, np.float32)
+    counters = _scratch("counters", grid[0], np.uint32)
+    _set_smem(SOURCE.function(name), smem)(grid, (THREADS, 1, 1),
+                                           (qmma, qzeros, scales, a, out, ws, counters,
+                                            np.int32(M), np.int32(K), np.int32(N)), shared_mem=smem)
+    return out
+
+
+# The GEMM versions, all called as launch(a, qmma, qzeros, scales, out).
+GEMM_VERSIONS = registry(
+    Version("w4a16_mma", "mma_marlin_style", launch_mma,
+            "shuffled B fragments dequantized in registers; 8 warps split K; weights prefetched one chunk ahead"),
+    Version("w4a16_marlin", "v2_marlin", launch_marlin,
+            "one group per stage through a cp.async pipeline; A by ldmatrix from swizzled smem; split-K over CTAs"),
+)
+BEST_GEMM = "v2_marlin"
+
+
+def kernel_report() -> dict[str, dict]:
+    """ptxas report (registers, smem, spills) keyed by readable names: plain kernels by their name, template
+    instances by their name expression (``w4a16_marlin<1, 1, 4>``) instead of the mangled symbol."""
+    from utils.build import compile_source
+    comp = compile_source(SOURCE)
+    report = dict(comp.report)
+    for expr, mangled in comp.symbols.items():
+        if mangled in report:
+            report[expr] = report.pop(mangled)
+    return report

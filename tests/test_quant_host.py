@@ -371,20 +371,6 @@ def test_mma_kernel_choice_grid_and_shape_rules():
         Q.pack_mma(np.zeros((96, 16), np.uint8))
 
 
-def test_mma_launcher_rejects_bad_arguments():
-    K, N, M = 256, 64, 16
-    good = dict(a=FakeDeviceArray((M, K), BF16), qmma=FakeDeviceArray((N // 16, K // 64, 32, 4), np.int32),
-                qzeros=FakeDeviceArray((K // 128, N // 8), np.int32), scales=FakeDeviceArray((K // 128, N), BF16),
-                out=FakeDeviceArray((M, N), BF16))
-    cases = [(dict(a=FakeDeviceArray((M, 200), BF16)), "group size 128"),
-             (dict(qmma=FakeDeviceArray((4, 3, 32, 4), np.int32)), r"expected shape \(4, 4, 32, 4\)"),
-             (dict(out=FakeDeviceArray((M, N), np.float16)), "dtype bfloat16"),
-             (dict(scales=FakeDeviceArray((2, 32), BF16)), r"expected shape \(2, 64\)")]
-    for override, msg in cases:
-        with pytest.raises(ValueError, match=msg):
-            Q.launch_mma(**dict(good, **override))
-
-
 # --- line-by-line ports of the GEMV and GEMM index arithmetic (exact integer math, no rounding) -------
 
 def _port_gemv(qweight, qzeros, scales, x, K, N):
@@ -541,3 +527,155 @@ def test_mma_index_arithmetic_port(rng, M):
     _, qz = Q.pack_gptq(q, z)
     ref = A @ ((q - np.repeat(z, 128, 0).astype(np.float64)) * np.repeat(s, 128, 0))
     assert np.array_equal(_port_mma(Q.pack_mma(q), qz, s, A, M, K, N), ref)
+
+
+# --- GEMV v2 and the Marlin-style GEMM: plans, validation, an index-arithmetic port ------------------
+
+def test_split_planning_and_stage_sizes():
+    assert Q.gemv_v2_stage_bytes(128) == 16 * 128 * 4 + 256 + 256 + 64
+    assert Q.marlin_stage_bytes(1, 1) == 8192 + 4096 + 256 + 64
+    assert Q.ctas_per_sm_by_smem(50_000) == 4 and Q.ctas_per_sm_by_smem(300_000) == 1
+    assert Q.plan_splits(64, 64, 132, 2) == 4           # 256 CTAs for 264 slots
+    assert Q.plan_splits(1, 1, 132, 2) == 1             # never more splits than groups
+    name, grid, smem = Q.gemv_v2_plan(8192, 8192)
+    assert name == Q.gemv_v2_name(*Q.GEMV_V2_DEFAULT) and grid == (64, 4, 1) and smem == 4 * Q.gemv_v2_stage_bytes(128)
+    assert Q.gemv_v2_plan(1024, 1000, bn=256, stages=4, splits=8)[1] == (4, 8, 1)
+    name, grid, _ = Q.marlin_plan(16, 8192, 8192)
+    assert name == "w4a16_marlin<1, 1, 4>" and grid == (64, 4, 1)
+    assert Q.marlin_plan(37, 1024, 272, splits=2)[:2] == ("w4a16_marlin<3, 1, 4>", (3, 2, 1))
+    for kw, msg in [(dict(splits=9), r"expected 1 \.\. 8"), (dict(ntw=2, stages=8), "not instantiated")]:
+        with pytest.raises(ValueError, match=msg):
+            Q.marlin_plan(16, 1024, 256, **kw)
+    with pytest.raises(ValueError, match="M <= 64"):
+        Q.marlin_plan(65, 1024, 256)
+    with pytest.raises(ValueError, match="not instantiated"):
+        Q.gemv_v2_plan(1024, 256, bn=32, stages=4)
+    every = set(Q.SOURCE.name_expressions)
+    assert {Q.gemv_v2_name(*c) for c in Q.GEMV_V2_CONFIGS} | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS} == every
+    assert all((mt, *Q.MARLIN_DEFAULT[mt]) in Q.MARLIN_CONFIGS for mt in (1, 2, 3, 4))
+
+
+def test_marlin_launcher_rejects_bad_arguments():
+    K, N, M = 256, 64, 16
+    good = dict(a=FakeDeviceArray((M, K), BF16), qmma=FakeDeviceArray((N // 16, K // 64, 32, 4), np.int32),
+                qzeros=FakeDeviceArray((K // 128, N // 8), np.int32), scales=FakeDeviceArray((K // 128, N), BF16),
+                out=FakeDeviceArray((M, N), BF16))
+    cases = [(dict(a=FakeDeviceArray((M, 200), BF16)), "group size 128"),
+             (dict(qmma=FakeDeviceArray((4, 3, 32, 4), np.int32)), r"expected shape \(4, 4, 32, 4\)"),
+             (dict(out=FakeDeviceArray((M, N), np.float16)), "dtype bfloat16"),
+             (dict(a=FakeDeviceArray((M, K), np.float16)), "dtype bfloat16"),
+             (dict(scales=FakeDeviceArray((2, 32), BF16)), r"expected shape \(2, 64\)")]
+    for v in Q.GEMM_VERSIONS.values():
+        for override, msg in cases:
+            with pytest.raises(ValueError, match=msg):
+                v.launch(**dict(good, **override))
+
+
+def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits):
+    """w4a16_marlin's indexing in Python, exact arithmetic: cp.async stage layout (weights, XOR-swizzled A,
+    scales, zero words with partial chunks), ldmatrix addressing, the B/A/D fragment layouts of
+    mma.m16n8k16, the epilogue and the split-K sum. Returns float64 [M, N]."""
+    qm = qmma.view(np.uint32).reshape(-1, 4)                       # uint4 index -> 4 words
+    a16 = a.view(np.uint16).reshape(-1)
+    sc = scales.astype(np.float64).reshape(-1)
+    qz = qzeros.view(np.uint32).reshape(-1)
+    NT_CTA, BN = 8 * ntw, 128 * ntw
+    ntiles, kchunks, groups = N // 16, K // 64, K // 128
+    ws = np.full((splits, M, N), np.nan)
+    out = np.full((M, N), np.nan)
+    bf = lambda u: float(np.array([u << 16], np.uint32).view(np.float32)[0])    # noqa: E731
+    for bx in range(-(-N // BN)):
+        nt0 = bx * NT_CTA
+        for split in range(splits):
+            acc = np.zeros((8, mt, ntw, 2, 32, 4))                # [warp, ...] registers
+            g_begin = split * groups // splits
+            for gi in range(g_begin, (split + 1) * groups // splits):
+                # the stage as the cp.async loops fill it
+                sw = np.zeros((NT_CTA * 64, 4), np.uint32)
+                for i in range(NT_CTA * 64):
+                    tile = nt0 + i // 64
+                    if tile < ntiles:
+                        sw[i] = qm[(tile * kchunks + 2 * gi) * 32 + i % 64]
+                sa = np.zeros((16 * mt, 16, 8), np.uint16)           # [row][physical chunk][8 bf16]
+                for i in range(16 * mt * 16):
+                    r, c = i // 16, i % 16
+                    if r < M:
+                        sa[r, c ^ (r & 7)] = a16[r * K + gi * 128 + 8 * c:r * K + gi * 128 + 8 * c + 8]
+                ss = np.zeros(BN)
+                for c in range(BN // 8):
+                    col = nt0 * 16 + 8 * c
+                    if col < N:
+                        ss[8 * c:8 * c + 8] = sc[gi * N + col:gi * N + col + 8]
+                sz = np.zeros(BN // 8, np.uint32)
+                for c in range(BN // 32):
+                    word = nt0 * 2 + 4 * c
+                    valid = max(0, min(4, N // 8 - word))
+                    sz[4 * c:4 * c + valid] = qz[gi * (N // 8) + word:gi * (N // 8) + word + valid]
+                for warp in range(8):
+                    for ks in range(8):
+                        half, kk = ks // 4, ks % 4
+                        # A fragments: lane L addresses row mt*16 + L%16, chunk 2ks + L/16; lane (g, t) gets
+                        # register i = matrix i [g][2t, 2t+1], matrix i addressed by lanes 8i .. 8i+7
+                        afr = np.zeros((mt, 32, 4, 2))
+                        for m in range(mt):
+                            for lane in range(32):
+                                g, t = lane // 4, lane % 4
+                                for i in range(4):
+                                    src = 8 * i + g
+                                    r, c = m * 16 + (src & 15), 2 * ks + (src >> 4)
+                                    chunk = sa[r, c ^ (r & 7)]
+                                    afr[m, lane, i] = [bf(int(chunk[2 * t])), bf(int(chunk[2 * t + 1]))]
+                        for j in range(ntw):
+                            ntl = warp * ntw + j
+                            bfr = np.zeros((32, 4, 2))
+                            for lane in range(32):
+                                g, t = lane // 4, lane % 4
+                                w = int(sw[(ntl * 2 + half) * 32 + lane][kk])
+                                for i in range(4):                   # b[i] = nibbles (i, i + 4), column g or g+8
+                                    col_l = 16 * ntl + g + 8 * (i >> 1)
+                                    z = (int(sz[col_l // 8]) >> (4 * (col_l % 8))) & 15
+                                    bfr[lane, i] = [((w >> (4 * i)) & 15) - z, ((w >> (4 * i + 16)) & 15) - z]
+                                    bfr[lane, i] *= ss[col_l]
+                            for m in range(mt):
+                                for h in range(2):                   # n8 tile h: B regs b[2h], b[2h+1]
+                                    A = np.zeros((16, 16))
+                                    B = np.zeros((16, 8))
+                                    for lane in range(32):
+                                        g, t = lane // 4, lane % 4
+                                        A[g, 2 * t:2 * t + 2] = afr[m, lane, 0]
+                                        A[g + 8, 2 * t:2 * t + 2] = afr[m, lane, 1]
+                                        A[g, 2 * t + 8:2 * t + 10] = afr[m, lane, 2]
+                                        A[g + 8, 2 * t + 8:2 * t + 10] = afr[m, lane, 3]
+                                        B[2 * t:2 * t + 2, g] = bfr[lane, 2 * h]
+                                        B[2 * t + 8:2 * t + 10, g] = bfr[lane, 2 * h + 1]
+                                    D = A @ B
+                                    for lane in range(32):
+                                        g, t = lane // 4, lane % 4
+                                        acc[warp, m, j, h, lane] += [D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t],
+                                                               D[g + 8, 2 * t + 1]]
+            for warp in range(8):
+                for m in range(mt):
+                    for j in range(ntw):
+                        for h in range(2):
+                            for lane in range(32):
+                                g, t = lane // 4, lane % 4
+                                col = (nt0 + warp * ntw + j) * 16 + h * 8 + 2 * t
+                                for p in range(2):
+                                    row = m * 16 + g + 8 * p
+                                    if col < N and row < M:
+                                        ws[split, row, col:col + 2] = acc[warp, m, j, h, lane, 2 * p:2 * p + 2]
+        cols = slice(bx * BN, min(N, (bx + 1) * BN))
+        out[:, cols] = ws[:, :, cols].sum(axis=0)
+    return out
+
+
+@pytest.mark.parametrize("M,K,N,ntw,splits", [(5, 256, 48, 1, 2), (20, 128, 272, 2, 1)])
+def test_marlin_index_arithmetic_port(rng, M, K, N, ntw, splits):
+    q = rng.integers(0, 16, (K, N)).astype(np.uint8)
+    z = rng.integers(0, 16, (K // 128, N)).astype(np.uint8)
+    s = rng.uniform(0.5, 2, (K // 128, N)).astype(BF16)
+    a = rng.integers(-8, 8, (M, K)).astype(BF16)                   # small integers: every product exact
+    qmma, qzeros = Q.pack_mma(q), Q.pack_gptq(q, z)[1]
+    got = _port_marlin(a, qmma, qzeros, s, M, K, N, -(-M // 16), ntw, splits)
+    ref = a.astype(np.float64) @ Q.dequantize_int4(q, s.astype(np.float64), z).astype(np.float64)
+    assert np.allclose(got, ref, rtol=1e-12, atol=1e-9)

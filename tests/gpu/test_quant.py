@@ -1,6 +1,7 @@
 """Chapter 9 kernels on fresh random data with poisoned outputs: INT8 and FP8 quantize/dequantize
-(bit-exact against the references), INT4 conversions (exact), the W4A16 GEMVs (bf16 tolerance),
-shapes that are not multiples of the tiles included."""
+(bit-exact against the references), INT4 conversions (exact), the W4A16 GEMVs and GEMMs (bf16
+tolerance), shapes that are not multiples of the tiles included; every instantiated tile/stage
+variant and several split-K factors of the pipelined kernels."""
 import numpy as np
 import pytest
 
@@ -110,3 +111,93 @@ def test_mma_gemm_matches_the_reference(K, N):
         out = poisoned((M, N), Q.BF16)
         Q.launch_mma(a, qmma, qzeros, s, out)
         assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"w4a16 mma M={M} K={K} N={N}")
+
+
+def _int4_problem(K, N):
+    import cupy
+    from kernels import quant as Q
+    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
+    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
+    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    return q, z, s
+
+
+# N = 40, 1000, 4104: partial BN tiles (and a partial 16-byte chunk of qzeros); K = 128: one group,
+# so every split count but 1 is rejected; 1152 = 9 groups: uneven splits.
+@pytest.mark.parametrize("K,N", [(128, 40), (1152, 1000), (4096, 4104), (8192, 8192)])
+def test_gemv_v2_variants_and_splits(K, N):
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q, z, s = _int4_problem(K, N)
+    x = _bf16_normal((1, K))
+    qweight, qzeros = Q.pack_gptq(q, z)
+    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    groups = K // Q.GROUP
+    for bn, stages in Q.GEMV_V2_CONFIGS:
+        for splits in sorted({None, 1, min(3, groups), groups}, key=lambda v: -1 if v is None else v):
+            out = poisoned((1, N), Q.BF16)
+            Q.launch_gemv_v2(x, qweight, qzeros, s, out, bn=bn, stages=stages, splits=splits)
+            assert_close(out, ref, dtype="bfloat16", name=f"gemv v2 BN={bn} stages={stages} splits={splits} K={K} N={N}")
+    with pytest.raises(ValueError, match="splits"):
+        Q.launch_gemv_v2(x, qweight, qzeros, s, poisoned((1, N), Q.BF16), splits=groups + 1)
+
+
+def test_gemv_v2_is_deterministic_and_repeatable():
+    """Split-K sums the partials in split order and leaves the counters at zero: bitwise the same output."""
+    import cupy
+    from kernels import quant as Q
+    from utils.check import poisoned
+    K, N = 4096, 2048
+    q, z, s = _int4_problem(K, N)
+    x = _bf16_normal((1, K))
+    qweight, qzeros = Q.pack_gptq(q, z)
+    outs = []
+    for _ in range(3):
+        out = poisoned((1, N), Q.BF16)
+        Q.launch_gemv_v2(x, qweight, qzeros, s, out, splits=8)
+        outs.append(out.view(cupy.uint16).copy())
+    assert all(bool((o == outs[0]).all()) for o in outs)
+
+
+# M: 1, odd, exactly 16/32/48/64 and in between (37); N = 48 and 272: partial CTA tiles (BN = 128 or 256).
+@pytest.mark.parametrize("K,N", [(128, 48), (384, 272), (1152, 1040), (8192, 8192)])
+def test_marlin_matches_the_reference(K, N):
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q, z, s = _int4_problem(K, N)
+    _, qzeros = Q.pack_gptq(q, z)
+    qmma = Q.pack_mma(q)
+    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)   # what the B fragments hold
+    groups = K // Q.GROUP
+    for M in (1, 5, 16, 17, 32, 37, 48, 64):
+        a = _bf16_normal((M, K))
+        ref = a.astype(cupy.float32) @ W
+        mt = -(-M // 16)
+        for _, ntw, stages in [c for c in Q.MARLIN_CONFIGS if c[0] == mt]:
+            for splits in sorted({None, 1, groups}, key=lambda v: -1 if v is None else v):
+                out = poisoned((M, N), Q.BF16)
+                Q.launch_marlin(a, qmma, qzeros, s, out, ntw=ntw, stages=stages, splits=splits)
+                assert_close(out, ref, dtype="bfloat16",
+                             name=f"marlin M={M} K={K} N={N} NTW={ntw} stages={stages} splits={splits}")
+
+
+def test_marlin_extreme_activations_and_rejects():
+    """Large and tiny activations (fp32 accumulation keeps both), then the launcher's refusals."""
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    K, N, M = 1024, 256, 16
+    q, z, s = _int4_problem(K, N)
+    _, qzeros = Q.pack_gptq(q, z)
+    qmma = Q.pack_mma(q)
+    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)
+    for scale in (1e-6, 1e3):
+        a = (_bf16_normal((M, K)).astype(cupy.float32) * scale).astype(Q.BF16)
+        out = poisoned((M, N), Q.BF16)
+        Q.launch_marlin(a, qmma, qzeros, s, out)
+        assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"marlin |a| ~ {scale}")
+    with pytest.raises(ValueError, match="M <= 64"):
+        Q.launch_marlin(_bf16_normal((65, K)), qmma, qzeros, s, poisoned((65, N), Q.BF16))
+    with pytest.raises(ValueError, match="not instantiated"):
+        Q.launch_marlin(_bf16_normal((M, K)), qmma, qzeros, s, poisoned((M, N), Q.BF16), ntw=2, stages=8)
