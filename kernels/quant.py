@@ -405,10 +405,18 @@ def plan_splits(tiles: int, groups: int, sms: int, ctas_per_sm: int) -> int:
     return max(1, min(groups, want))
 
 
+_SMS: dict[int, int] = {}
+
+
 def _sms() -> int:
+    """SM count of the current device, cached: the launchers run inside timed loops, where host work
+    must stay well under the benchmark's 50 us spin."""
     import cupy
     dev = cupy.cuda.Device()
-    return int(dev.attributes["MultiProcessorCount"])
+    if dev.id not in _SMS:
+        _SMS[dev.id] = int(cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount,
+                                                                dev.id))
+    return _SMS[dev.id]
 
 
 _SCRATCH: dict = {}
