@@ -7,11 +7,15 @@
 //   bias_gelu_v2_poly     v1 with GELU as max(v, 0) - |v| 2^Q(|v|) (Q a degree-9 polynomial for
 //                         log2 Phi(-|v|)) instead of erff: ~35 -> ~19 SASS instructions per element,
 //                         so the kernel is no longer issue-bound at HBM speed
+//   bias_gelu_v3_rows4    v2's GELU in a 2-D layout: a thread owns one 16-byte column chunk of 4 rows, so
+//                         its bias chunk is loaded once and no chunk index is divided (v1/v2: a modulo)
 //   swiglu_v1_vec8        y = silu(x[:, :H]) * x[:, H:], x [rows, 2H] -> y [rows, H] (gate first, as
 //                         vLLM's silu_and_mul): the two halves read as 16-byte chunks, 2 per thread
 //   add_rmsnorm_v1_vec8   h = x + residual (stored, bf16), y = h * rsqrt(mean(h^2) + eps) * w:
 //                         one block of 256 threads per row, the row kept in registers between the
 //                         sum of squares and the scaling, so h is never read back
+//   rope_neox_v2_tok      (below v1) one block per token, threads laid out (chunk j, head slot): no
+//                         division, the cos/sin chunk loaded once per thread, 57 instead of 78 registers
 //   rope_neox_v1_vec8     rotate-half (GPT-NeoX) RoPE on q [T, Hq, D] and k [T, Hk, D] in one launch,
 //                         cos/sin tables [T, D/2]: each item is 8 pairs (d, d + D/2) of one head
 //
@@ -116,6 +120,81 @@ bias_gelu_v2_poly(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf1
     bias_gelu_vec8<GELU_POLY>(x, bias, y, n, cols);
 }
 // [[/snippet]]
+
+// [[snippet: bias_gelu_v3]]
+// v3: the same GELU as v2, a 2-D layout. v1/v2 spend, per chunk of 8 elements, a signed int32 modulo
+// (chunk index mod cols/8, ~20 SASS instructions: there is no integer divide unit), a 16-byte bias load,
+// 8 bias unpacks and the chunk's 64-bit addresses: ~4 of their ~22 instructions per element. Here a
+// thread owns one column chunk (grid.y: column blocks of 256 chunks) of ROWS consecutive rows (grid.x:
+// row blocks): its bias chunk is loaded and unpacked once, the row offsets are multiples of the row
+// length (one add each), and there is no division at all. ROWS x-chunks are issued before any math
+// (ROWS x 16 bytes in flight per thread, v1/v2: 2 x 16). The scalar path (cols % 8 != 0) is the same
+// map with one-element chunks.
+template <int FORM, int ROWS>
+__device__ __forceinline__ void bias_gelu_rows(const bf16* __restrict__ x, const bf16* __restrict__ bias,
+                                               bf16* __restrict__ y, int rows, int cols) {
+    const int c = blockIdx.y * FUSE_THREADS + threadIdx.x;          // column chunk (or column) of this thread
+    const int r0 = blockIdx.x * ROWS;
+    const int nr = min(ROWS, rows - r0);                             // rows of this block (last one: fewer)
+    if ((cols & 7) == 0) {
+        const int cv = cols >> 3;
+        if (c >= cv) return;
+        const uint4* x4 = reinterpret_cast<const uint4*>(x) + ((size_t)r0 * cv + c);
+        uint4* y4 = reinterpret_cast<uint4*>(y) + ((size_t)r0 * cv + c);
+        uint4 xv[ROWS];
+#pragma unroll
+        for (int k = 0; k < ROWS; ++k)                               // every x load first
+            if (k < nr) xv[k] = x4[k * cv];
+        float bf[8];
+        unpack8(__ldg(reinterpret_cast<const uint4*>(bias) + c), bf);    // once, reused over ROWS rows
+#pragma unroll
+        for (int k = 0; k < ROWS; ++k) {
+            if (k < nr) {
+                float a[8];
+                unpack8(xv[k], a);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) a[e] = gelu_form<FORM>(a[e] + bf[e]);
+                y4[k * cv] = pack8(a);
+            }
+        }
+    } else {
+        if (c >= cols) return;
+        const bf16* xr = x + ((size_t)r0 * cols + c);
+        bf16* yr = y + ((size_t)r0 * cols + c);
+        bf16 xv[ROWS];
+#pragma unroll
+        for (int k = 0; k < ROWS; ++k)
+            if (k < nr) xv[k] = xr[(size_t)k * cols];
+        const float bc = __bfloat162float(bias[c]);
+#pragma unroll
+        for (int k = 0; k < ROWS; ++k)
+            if (k < nr)
+                yr[(size_t)k * cols] = __float2bfloat16_rn(gelu_form<FORM>(__bfloat162float(xv[k]) + bc));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+bias_gelu_v3_rows4(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
+             int rows, int cols) {
+    bias_gelu_rows<GELU_POLY, 4>(x, bias, y, rows, cols);
+}
+// [[/snippet]]
+// Tuning instances: other row counts, and v1's erff in v3's layout (splits v1 -> v3 into layout and GELU).
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+bias_gelu_v3_rows2(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
+             int rows, int cols) {
+    bias_gelu_rows<GELU_POLY, 2>(x, bias, y, rows, cols);
+}
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+bias_gelu_v3_rows8(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
+             int rows, int cols) {
+    bias_gelu_rows<GELU_POLY, 8>(x, bias, y, rows, cols);
+}
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+bias_gelu_erf_rows4(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
+             int rows, int cols) {
+    bias_gelu_rows<GELU_ERF, 4>(x, bias, y, rows, cols);
+}
 
 // [[snippet: swiglu_v1]]
 // x [rows, 2H]: gate = x[r, 0:H], up = x[r, H:2H]; y [rows, H]. Output chunk i sits in row r = i / (H/8),
@@ -265,11 +344,10 @@ add_rmsnorm_v1_vec8(const bf16* __restrict__ x, const bf16* __restrict__ residua
 // token t = t). A work item is (token t, head slot s in [0, Hq + Hk), chunk j of the half): slots
 // below Hq are heads of q, the rest heads of k. 16-byte path (half % 8 == 0): 8 pairs per item;
 // scalar path: 1 pair per item, the same decomposition with chunks of one element.
-extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
-rope_neox_v1_vec8(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                  const bf16* __restrict__ cos_t, const bf16* __restrict__ sin_t,
-                  bf16* __restrict__ q_out, bf16* __restrict__ k_out,
-                  int T, int Hq, int Hk, int half) {
+__device__ __forceinline__ void rope_neox(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                          const bf16* __restrict__ cos_t, const bf16* __restrict__ sin_t,
+                                          bf16* __restrict__ q_out, bf16* __restrict__ k_out,
+                                          int T, int Hq, int Hk, int half) {
     const int vec = (half & 7) == 0 ? 8 : 1;
     const int nj = half / vec, slots = Hq + Hk;
     const int items = T * slots * nj;                     // launcher: items and q/k sizes < 2^31
@@ -325,6 +403,89 @@ rope_neox_v1_vec8(const bf16* __restrict__ q, const bf16* __restrict__ k,
                 const float a = __bfloat162float(src[o]), b = __bfloat162float(src[o + half]);
                 const float c = __bfloat162float(cos_t[t * half + j]);
                 const float sn = __bfloat162float(sin_t[t * half + j]);
+                dst[o] = __float2bfloat16_rn(a * c - b * sn);
+                dst[o + half] = __float2bfloat16_rn(b * c + a * sn);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+rope_neox_v1_vec8(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                  const bf16* __restrict__ cos_t, const bf16* __restrict__ sin_t,
+                  bf16* __restrict__ q_out, bf16* __restrict__ k_out, int T, int Hq, int Hk, int half) {
+    rope_neox(q, k, cos_t, sin_t, q_out, k_out, T, Hq, Hk, half);
+}
+// [[/snippet]]
+
+
+// [[snippet: rope_neox_v2]]
+// v2: one block per token, threads laid out (j, slot) in a 2-D block: blockDim.x = bx chunk positions j
+// of the half head (bx = min(nj, 32)), blockDim.y = THREADS / bx head slots. v1 decomposes a flat item
+// index with two runtime divisions (by nj and by Hq + Hk, ~40 SASS instructions per item) and loads the
+// item's cos/sin chunks every time; here t is blockIdx.x, j and the slot are thread coordinates, and a
+// thread loads its cos/sin chunk once and reuses it over its slots (2 for Hq + Hk = 64). v1 holds 78
+// registers (3 blocks of 256 threads per SM, 48 KB of q/k in flight per SM); v2 holds 57 (4 blocks, 64 KB;
+// capping it at 48 for 5 blocks spills).
+#define ROPE_ITEMS 2        // head slots per thread whose loads are issued together
+
+__device__ __forceinline__ int rope_offset(int t, int sl, int Hq, int Hk, int D, bool is_q) {
+    return (is_q ? t * Hq + sl : t * Hk + (sl - Hq)) * D;     // element offset of head slot sl of token t
+}
+
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+rope_neox_v2_tok(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                 const bf16* __restrict__ cos_t, const bf16* __restrict__ sin_t,
+                 bf16* __restrict__ q_out, bf16* __restrict__ k_out, int T, int Hq, int Hk, int half) {
+    const int t = blockIdx.x, slots = Hq + Hk, D = 2 * half;
+    const int by = blockDim.y;
+    if ((half & 7) == 0) {
+        const int nj = half >> 3;
+        for (int j = threadIdx.x; j < nj; j += blockDim.x) {
+            float c[8], s[8];
+            unpack8(__ldg(reinterpret_cast<const uint4*>(cos_t + t * half) + j), c);
+            unpack8(__ldg(reinterpret_cast<const uint4*>(sin_t + t * half) + j), s);
+            for (int s0 = threadIdx.y; s0 < slots; s0 += ROPE_ITEMS * by) {
+                uint4 x1[ROPE_ITEMS], x2[ROPE_ITEMS];
+#pragma unroll
+                for (int u = 0; u < ROPE_ITEMS; ++u) {              // every q/k load of the batch first
+                    const int sl = s0 + u * by;
+                    if (sl < slots) {
+                        const bool is_q = sl < Hq;
+                        const bf16* src = (is_q ? q : k) + rope_offset(t, sl, Hq, Hk, D, is_q) + 8 * j;
+                        x1[u] = *reinterpret_cast<const uint4*>(src);
+                        x2[u] = *reinterpret_cast<const uint4*>(src + half);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < ROPE_ITEMS; ++u) {
+                    const int sl = s0 + u * by;
+                    if (sl < slots) {
+                        const bool is_q = sl < Hq;
+                        float a[8], b[8], o1[8], o2[8];
+                        unpack8(x1[u], a);
+                        unpack8(x2[u], b);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) {
+                            o1[e] = a[e] * c[e] - b[e] * s[e];
+                            o2[e] = b[e] * c[e] + a[e] * s[e];
+                        }
+                        bf16* dst = (is_q ? q_out : k_out) + rope_offset(t, sl, Hq, Hk, D, is_q) + 8 * j;
+                        *reinterpret_cast<uint4*>(dst) = pack8(o1);
+                        *reinterpret_cast<uint4*>(dst + half) = pack8(o2);
+                    }
+                }
+            }
+        }
+    } else {                                                      // one pair (j, j + half) per item
+        for (int j = threadIdx.x; j < half; j += blockDim.x) {
+            const float c = __bfloat162float(cos_t[t * half + j]), sn = __bfloat162float(sin_t[t * half + j]);
+            for (int sl = threadIdx.y; sl < slots; sl += by) {
+                const bool is_q = sl < Hq;
+                const int o = rope_offset(t, sl, Hq, Hk, D, is_q) + j;
+                const bf16* src = is_q ? q : k;
+                bf16* dst = is_q ? q_out : k_out;
+                const float a = __bfloat162float(src[o]), b = __bfloat162float(src[o + half]);
                 dst[o] = __float2bfloat16_rn(a * c - b * sn);
                 dst[o + half] = __float2bfloat16_rn(b * c + a * sn);
             }

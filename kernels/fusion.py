@@ -57,17 +57,19 @@ def _f64(a):
     return a.astype(np.float32).astype(np.float64)
 
 
-def _erf(v):
+def _erfc(v):
     xp = _xp(v)
     if xp is np:
-        return np.vectorize(math.erf, otypes=[np.float64])(v)
-    from cupyx.scipy.special import erf
-    return erf(v)
+        return np.vectorize(math.erfc, otypes=[np.float64])(v)
+    from cupyx.scipy.special import erfc
+    return erfc(v)
 
 
 def reference_bias_gelu(x, b):
+    """gelu(v) = v Phi(v) = 0.5 v erfc(-v / sqrt 2): erfc, not 1 + erf, which cancels in float64 for
+    v < -5 (1 + erf(-8.5 / sqrt 2) rounds to 0 where Phi(-8.5) = 1e-17) and would make tiny outputs 0."""
     v = _f64(x) + _f64(b)[None, :]
-    return 0.5 * v * (1.0 + _erf(v / math.sqrt(2.0)))
+    return 0.5 * v * _erfc(-v / math.sqrt(2.0))
 
 
 def gelu_poly_coefficients() -> list[float]:
@@ -217,11 +219,34 @@ def sass_instructions_per_element(sass_text: str, elements: int = 8 * UNROLL) ->
     return (last_st - last_ld - 1) / elements
 
 
+def sass_span_per_element(sass_text: str, elements: int) -> float:
+    """SASS instructions from a kernel's first 16-byte load to its last 16-byte store, per element of one
+    thread's work (``elements``): the vector path's whole body, index arithmetic and bias handling
+    included (sass_instructions_per_element counts only what follows the last load)."""
+    lines = [ln for ln in sass_text.splitlines() if ln.strip().startswith("/*") and ";" in ln]
+    first_ld = min(i for i, ln in enumerate(lines) if "LDG.E.128" in ln)
+    last_st = max(i for i, ln in enumerate(lines) if "STG.E.128" in ln)
+    return (last_st - first_ld + 1) / elements
+
+
 # --- launchers -----------------------------------------------------------------------------------------
 
+def grid_bias_gelu_rows(rows: int, cols: int, rows_per_thread: int) -> tuple[int, int]:
+    """bias_gelu_v3 (2-D): grid.x = row blocks of ``rows_per_thread`` rows, grid.y = column blocks of THREADS
+    16-byte chunks (or THREADS columns on the scalar path, cols % 8 != 0)."""
+    units = cols // 8 if cols % 8 == 0 else cols
+    return ceil_div(rows, rows_per_thread), ceil_div(units, THREADS)
+
+
+# kernel -> rows per thread of its 2-D layout (0: the 1-D layout of v1/v2, grid_elementwise)
+BIAS_GELU_KERNELS = {"bias_gelu_v1_vec8": 0, "bias_gelu_v2_poly": 0, "bias_gelu_v3_rows4": 4,
+                     "bias_gelu_v3_rows2": 2, "bias_gelu_v3_rows8": 8, "bias_gelu_erf_rows4": 4}
+BIAS_GELU_V3 = "bias_gelu_v3_rows4"     # the row count picked by the tuning batch (scripts/tune/ch08_fusion.py)
+
+
 def bias_gelu(x, b, y, kernel: str = "bias_gelu_v1_vec8"):
-    """y = gelu(x + b) with ``kernel`` (bias_gelu_v1_vec8: erff; bias_gelu_v2_poly: the polynomial GELU);
-    x, y [rows, cols] bf16, b [cols] bf16."""
+    """y = gelu(x + b) with ``kernel`` (bias_gelu_v1_vec8: erff; bias_gelu_v2_poly: the polynomial GELU;
+    bias_gelu_v3_rows*: the polynomial GELU in the 2-D layout); x, y [rows, cols] bf16, b [cols] bf16."""
     expect_array(x, "x", dtype=BF16, ndim=2)
     rows, cols = (int(s) for s in x.shape)
     if rows < 1 or cols < 1:
@@ -233,18 +258,28 @@ def bias_gelu(x, b, y, kernel: str = "bias_gelu_v1_vec8"):
     expect_array(y, "y", dtype=BF16, shape=(rows, cols))
     expect_same_device(x, b, y)
     if kernel not in BIAS_GELU_KERNELS:
-        raise ValueError(f"kernel: expected one of {BIAS_GELU_KERNELS}, got {kernel!r}")
-    SOURCE.function(kernel)((grid_elementwise(rows * cols),), (THREADS,),
-                            (x, b, y, np.int32(rows * cols), np.int32(cols)))
+        raise ValueError(f"kernel: expected one of {tuple(BIAS_GELU_KERNELS)}, got {kernel!r}")
+    per = BIAS_GELU_KERNELS[kernel]
+    if per == 0:
+        SOURCE.function(kernel)((grid_elementwise(rows * cols),), (THREADS,),
+                                (x, b, y, np.int32(rows * cols), np.int32(cols)))
+    else:
+        grid = grid_bias_gelu_rows(rows, cols, per)
+        if grid[1] > 65535:
+            raise ValueError(f"x: {cols} columns need {grid[1]} column blocks; {kernel} supports at most 65535")
+        SOURCE.function(kernel)(grid, (THREADS,),
+                                (x, b, y, np.int32(rows), np.int32(cols)))
     return y
-
-
-BIAS_GELU_KERNELS = ("bias_gelu_v1_vec8", "bias_gelu_v2_poly")
 
 
 def bias_gelu_v2(x, b, y):
     """y = gelu(x + b) with bias_gelu_v2_poly: v1's memory path, GELU as max(v, 0) - |v| 2^Q(|v|)."""
     return bias_gelu(x, b, y, kernel="bias_gelu_v2_poly")
+
+
+def bias_gelu_v3(x, b, y):
+    """y = gelu(x + b) with v2's GELU in the 2-D layout (BIAS_GELU_V3): bias loaded once per thread, no modulo."""
+    return bias_gelu(x, b, y, kernel=BIAS_GELU_V3)
 
 
 def swiglu(x, y):
@@ -286,8 +321,20 @@ def add_rmsnorm(x, residual, w, residual_out, y, eps: float = EPS):
     return residual_out, y
 
 
-def rope(q, k, cos, sin, q_out, k_out):
-    """Rotate-half RoPE of q [T, Hq, D] and k [T, Hk, D] (bf16) with cos/sin [T, D/2], one launch."""
+def rope_v2_block(half: int) -> tuple[int, int]:
+    """rope_neox_v2_tok's block (bx, by): bx chunk positions of the half head (8-element chunks when
+    half % 8 == 0, else single elements), at most 32; by = THREADS // bx head slots."""
+    nj = half // 8 if half % 8 == 0 else half
+    bx = min(nj, 32)
+    return bx, THREADS // bx
+
+
+ROPE_KERNELS = ("rope_neox_v1_vec8", "rope_neox_v2_tok")
+
+
+def rope(q, k, cos, sin, q_out, k_out, kernel: str = "rope_neox_v1_vec8"):
+    """Rotate-half RoPE of q [T, Hq, D] and k [T, Hk, D] (bf16) with cos/sin [T, D/2], one launch of
+    ``kernel`` (rope_neox_v1_vec8: flat work items; rope_neox_v2_tok: one block per token)."""
     expect_array(q, "q", dtype=BF16, ndim=3)
     T, Hq, D = (int(s) for s in q.shape)
     if T < 1 or Hq < 1 or D < 2 or D % 2:
@@ -305,10 +352,19 @@ def rope(q, k, cos, sin, q_out, k_out):
     expect_array(q_out, "q_out", dtype=BF16, shape=(T, Hq, D))
     expect_array(k_out, "k_out", dtype=BF16, shape=(T, Hk, D))
     expect_same_device(q, k, cos, sin, q_out, k_out)
-    SOURCE.function("rope_neox_v1_vec8")((grid_rope(T, Hq, Hk, half),), (THREADS,),
-                                         (q, k, cos, sin, q_out, k_out, np.int32(T), np.int32(Hq),
-                                          np.int32(Hk), np.int32(half)))
+    if kernel not in ROPE_KERNELS:
+        raise ValueError(f"kernel: expected one of {ROPE_KERNELS}, got {kernel!r}")
+    args = (q, k, cos, sin, q_out, k_out, np.int32(T), np.int32(Hq), np.int32(Hk), np.int32(half))
+    if kernel == "rope_neox_v1_vec8":
+        SOURCE.function(kernel)((grid_rope(T, Hq, Hk, half),), (THREADS,), args)
+    else:
+        SOURCE.function(kernel)((T,), rope_v2_block(half), args)
     return q_out, k_out
+
+
+def rope_v2(q, k, cos, sin, q_out, k_out):
+    """RoPE with rope_neox_v2_tok: one block per token, the cos/sin chunk loaded once per thread."""
+    return rope(q, k, cos, sin, q_out, k_out, kernel="rope_neox_v2_tok")
 
 
 VERSIONS = registry(
@@ -317,12 +373,18 @@ VERSIONS = registry(
     Version("bias_gelu_v2_poly", "bias_gelu_v2_poly", bias_gelu_v2,
             "v1 with GELU from a degree-9 polynomial for log2 Phi and one ex2: ~18 instead of ~35 "
             "instructions per element"),
+    Version(BIAS_GELU_V3, BIAS_GELU_V3, bias_gelu_v3,
+            "v2's GELU in a 2-D layout: a thread owns one column chunk of 4 rows, its bias loaded once, "
+            "no modulo, 4 x-chunks in flight"),
     Version("swiglu_v1_vec8", "swiglu_v1_vec8", swiglu,
             "silu(gate) * up in one pass over both halves of each row, 16-byte chunks"),
     Version("add_rmsnorm_v1_vec8", "add_rmsnorm_v1_vec8", add_rmsnorm,
             "residual add, store, sum of squares and scaling in one block per row, the row in registers"),
     Version("rope_neox_v1_vec8", "rope_neox_v1_vec8", rope,
             "rotate-half RoPE of q and k in one launch, 8 (d, d + D/2) pairs per work item"),
+    Version("rope_neox_v2_tok", "rope_neox_v2_tok", rope_v2,
+            "one block per token, threads over (chunk, head slot): no division, cos/sin loaded once per "
+            "thread, 57 instead of 78 registers"),
 )
 
 

@@ -113,6 +113,31 @@ def sim_bias_gelu(x, b):
     return y.reshape(rows, cols)
 
 
+def sim_bias_gelu_rows(x, b, per):
+    """bias_gelu_v3's 2-D map: grid.x row blocks of ``per`` rows, grid.y column blocks of THREADS chunks."""
+    rows, cols = x.shape
+    xf, bfl = x.astype(np.float32), b.astype(np.float32)
+    y = np.full((rows, cols), np.nan, np.float32)
+    written = np.zeros((rows, cols), int)
+    gelu = lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2)))  # noqa: E731
+    vec = 8 if cols % 8 == 0 else 1
+    gx, gy = F.grid_bias_gelu_rows(rows, cols, per)
+    assert gx * per >= rows and gy * F.THREADS * vec >= cols
+    for bx in range(gx):
+        for by in range(gy):
+            for t in range(F.THREADS):
+                c = by * F.THREADS + t
+                if c >= cols // vec:
+                    continue
+                for k in range(min(per, rows - bx * per)):
+                    r = bx * per + k
+                    for e in range(vec):
+                        y[r, vec * c + e] = gelu(xf[r, vec * c + e] + bfl[vec * c + e])
+                        written[r, vec * c + e] += 1
+    assert (written == 1).all()
+    return y
+
+
 def sim_swiglu(x):
     rows, two_h = x.shape
     H = two_h // 2
@@ -168,6 +193,22 @@ def sim_add_rmsnorm(x, res, w, eps):
     return ro, y
 
 
+def _rope_item(tok, s, j, vec, dims, srcs, dsts, counts, tables):
+    """One work item of either RoPE kernel: head slot s of token tok (q below Hq, else k), chunk j of vec pairs."""
+    Hq, Hk, half = dims
+    isq = s < Hq
+    off = ((tok * Hq + s) if isq else (tok * Hk + s - Hq)) * 2 * half + vec * j
+    src, dst, wr = (srcs[0], dsts[0], counts[0]) if isq else (srcs[1], dsts[1], counts[1])
+    cf, sf = tables
+    for e in range(vec):
+        a, b = src[off + e], src[off + half + e]
+        c, sn = cf[tok * half + vec * j + e], sf[tok * half + vec * j + e]
+        dst[off + e] = a * c - b * sn
+        dst[off + half + e] = b * c + a * sn
+        wr[off + e] += 1
+        wr[off + half + e] += 1
+
+
 def sim_rope(q, k, cos, sin):
     T, Hq, D = q.shape
     Hk, half = k.shape[1], D // 2
@@ -187,16 +228,30 @@ def sim_rope(q, k, cos, sin):
                     continue
                 j, ts = it % nj, it // nj
                 s, tok = ts % slots, ts // slots
-                isq = s < Hq
-                off = ((tok * Hq + s) if isq else (tok * Hk + s - Hq)) * D + vec * j
-                src, dst, wr = (qf, qo, wq) if isq else (kf, ko, wk)
-                for e in range(vec):
-                    a, b = src[off + e], src[off + half + e]
-                    c, sn = cf[tok * half + vec * j + e], sf[tok * half + vec * j + e]
-                    dst[off + e] = a * c - b * sn
-                    dst[off + half + e] = b * c + a * sn
-                    wr[off + e] += 1
-                    wr[off + half + e] += 1
+                _rope_item(tok, s, j, vec, (Hq, Hk, half), (qf, kf), (qo, ko), (wq, wk), (cf, sf))
+    assert (wq == 1).all() and (wk == 1).all()
+    return qo.reshape(q.shape), ko.reshape(k.shape)
+
+
+def sim_rope_v2(q, k, cos, sin):
+    """rope_neox_v2_tok's map: block t, thread (tx, ty) of rope_v2_block(half); chunk positions j = tx + i bx,
+    slots ty + i by (in batches of ROPE_ITEMS, which only orders the loads)."""
+    T, Hq, D = q.shape
+    Hk, half = k.shape[1], D // 2
+    vec = 8 if half % 8 == 0 else 1
+    nj, slots = half // vec, Hq + Hk
+    bx, by = F.rope_v2_block(half)
+    assert bx * by <= F.THREADS and bx >= 1 and by >= 1
+    qf, kf = q.astype(np.float32).ravel(), k.astype(np.float32).ravel()
+    cf, sf = cos.astype(np.float32).ravel(), sin.astype(np.float32).ravel()
+    qo, ko = np.full(qf.size, np.nan, np.float32), np.full(kf.size, np.nan, np.float32)
+    wq, wk = np.zeros(qf.size, int), np.zeros(kf.size, int)
+    for tok in range(T):
+        for ty in range(by):
+            for tx in range(bx):
+                for j in range(tx, nj, bx):
+                    for sl in range(ty, slots, by):
+                        _rope_item(tok, sl, j, vec, (Hq, Hk, half), (qf, kf), (qo, ko), (wq, wk), (cf, sf))
     assert (wq == 1).all() and (wk == 1).all()
     return qo.reshape(q.shape), ko.reshape(k.shape)
 
@@ -209,6 +264,22 @@ def rel(a, b):
 def test_bias_gelu_index_map(shape, rng):
     x, b = bf16(rng.standard_normal(shape)), bf16(rng.standard_normal(shape[1]))
     assert rel(rnd(sim_bias_gelu(x, b)), F.reference_bias_gelu(x, b)) < 1e-2
+
+
+@pytest.mark.parametrize("per", [2, 4, 8])
+@pytest.mark.parametrize("shape", [(1, 8), (9, 24), (3, 2056), (2, 13), (5, 3), (1, 1)])
+def test_bias_gelu_rows_index_map(shape, per, rng):
+    x, b = bf16(rng.standard_normal(shape)), bf16(rng.standard_normal(shape[1]))
+    assert rel(rnd(sim_bias_gelu_rows(x, b, per)), F.reference_bias_gelu(x, b)) < 1e-2
+
+
+def test_bias_gelu_rows_instances_match_the_source():
+    src = F.SOURCE.path.read_text()
+    for name, per in F.BIAS_GELU_KERNELS.items():
+        if per:
+            form = "GELU_ERF" if "erf" in name else "GELU_POLY"
+            assert f"bias_gelu_rows<{form}, {per}>" in src.split(f"{name}(")[1].split("}")[0], name
+    assert F.BIAS_GELU_V3 in F.BIAS_GELU_KERNELS and F.BIAS_GELU_KERNELS[F.BIAS_GELU_V3] > 0
 
 
 @pytest.mark.parametrize("shape", [(1, 16), (37, 48), (3, 2 * 2056), (2, 26), (5, 2)])
@@ -234,6 +305,22 @@ def test_rope_index_map(T, Hq, Hk, D, rng):
     qo, ko = sim_rope(q, k, cos, sin)
     assert rel(rnd(qo), F.reference_rope(q, cos, sin)) < 1e-2
     assert rel(rnd(ko), F.reference_rope(k, cos, sin)) < 1e-2
+
+
+@pytest.mark.parametrize("T,Hq,Hk,D", [(1, 1, 1, 16), (3, 3, 1, 32), (2, 2, 2, 6), (3, 1, 2, 20), (2, 40, 8, 128),
+                                       (1, 2, 1, 1024), (1, 1, 1, 600)])
+def test_rope_v2_index_map(T, Hq, Hk, D, rng):
+    q, k = bf16(rng.standard_normal((T, Hq, D))), bf16(rng.standard_normal((T, Hk, D)))
+    cos, sin = F.rope_tables(T, D // 2)
+    qo, ko = sim_rope_v2(q, k, cos, sin)
+    assert rel(rnd(qo), F.reference_rope(q, cos, sin)) < 1e-2
+    assert rel(rnd(ko), F.reference_rope(k, cos, sin)) < 1e-2
+
+
+@pytest.mark.parametrize("half,block", [(64, (8, 32)), (128, (16, 16)), (512, (32, 8)), (10, (10, 25)), (3, (3, 85)),
+                                        (300, (32, 8))])
+def test_rope_v2_block(half, block):
+    assert F.rope_v2_block(half) == block
 
 
 # --- registry, snippets, CuPy route -----------------------------------------------------------------
@@ -415,3 +502,14 @@ def test_sass_instructions_per_element():
         /*0070*/                   EXIT ;
 """
     assert F.sass_instructions_per_element(text, elements=1) == 3
+    assert F.sass_span_per_element(text, elements=1) == 6      # first load .. last store, both included
+    assert F.sass_span_per_element(text, elements=2) == 3
+
+
+def test_reference_bias_gelu_keeps_the_far_negative_tail():
+    """erfc, not 1 + erf: at v = -10, 1 + erf(v / sqrt 2) is 0 in float64 but gelu(v) = -7.6e-23."""
+    x, b = bf16(np.array([[-10.0, -8.5, -4.0, 10.0]])), bf16(np.zeros(4))
+    r = F.reference_bias_gelu(x, b)[0]
+    for got, v in zip(r, (-10.0, -8.5, -4.0, 10.0)):
+        assert got == pytest.approx(0.5 * v * math.erfc(-v / math.sqrt(2)), rel=1e-12)
+    assert -1e-22 < r[0] < -1e-23

@@ -12,15 +12,18 @@ def randn(shape):
     return cupy.random.standard_normal(shape, dtype=cupy.float32).astype(BF16)
 
 
-@pytest.mark.parametrize("shape", [(1, 8), (37, 4104), (199, 1000), (37, 1001), (1, 13), (199, 4096)],
+@pytest.mark.parametrize("shape", [(1, 8), (37, 4104), (199, 1000), (37, 1001), (1, 13), (199, 4096), (9, 2056)],
                          ids=lambda s: f"{s[0]}x{s[1]}")
 def test_bias_gelu(shape):
+    """Every bias_gelu kernel, incl. v3's tuning instances: row counts that leave the last row block short
+    (37, 199, 9 rows against 2, 4, 8 rows per thread), column counts with a partial column block (4104 = 513
+    chunks, 2056 = 257) and the scalar paths (1001, 13)."""
     from kernels import fusion as F
     from utils.check import assert_close, poisoned
     x, b = randn(shape), randn((shape[1],))
     ref = F.reference_bias_gelu(x, b)
-    for name, fn in (("bias_gelu_v1_vec8", F.bias_gelu), ("bias_gelu_v2_poly", F.bias_gelu_v2),
-                     ("cupy", F.cupy_bias_gelu)):
+    fns = [(k, lambda x_, b_, y_, k=k: F.bias_gelu(x_, b_, y_, kernel=k)) for k in F.BIAS_GELU_KERNELS]
+    for name, fn in fns + [("cupy", F.cupy_bias_gelu)]:
         y = poisoned(shape, F.BF16)
         fn(x, b, y)
         assert_close(y, ref, dtype="bfloat16", name=f"{name} {shape}")
@@ -28,27 +31,44 @@ def test_bias_gelu(shape):
 
 @pytest.mark.parametrize("shape", [(37, 4104), (5, 1001)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_bias_gelu_elementwise_over_a_wide_range(shape):
-    """v = x + b over [-16, 16] (both tails, past the polynomial's clamp at 13): every element within one
-    bf16 rounding of the float64 value (relative 2^-8, the largest half-ulp, plus the formula's error),
-    or within 1e-30 where the value is tiny. v1 (erff) is held to the same test for v >= -4 only: below,
-    1 + erff(v / sqrt 2) cancels (fp32 ulp of 1 against Phi(-5) = 3e-7) and its relative error grows."""
+    """v = x + b over [-16.5, 16.5] (both tails, past the polynomial's clamp at 13). Each element must be
+    within half a bf16 ulp of the float64 value (bounded by 2^-8 relative, the largest half-ulp) plus the
+    formula's own error d(v) relative, or within 1e-30 where the value is tiny: the fp32 result is within
+    d(v) of the exact value and rounds to the nearest bf16, so when the exact value lies near a rounding
+    boundary the output can legitimately land one ulp away, and the test must allow d(v) on top of the
+    half ulp. d = 1e-4 for the polynomial GELU (its bound 4.4e-5 plus fp32 roundings). For erff (v1 and
+    its 2-D instance): erff is within 2 fp32 ulps (2^-23) of erf, so 1 + erff(v / sqrt 2) = 2 Phi(v) is
+    off by up to 2^-23 absolute, 2^-24 / Phi(v) relative: 1.9e-3 at v = -4, growing without bound below
+    (the cancellation the chapter describes); d = 1e-4 + 2^-24 / Phi(v).
+    The first batch (2026-11-29) failed here for two reasons, both in this test, not in the kernels: the
+    reference computed 1 + erf in float64, which cancels to 0 for v < -8.3 (now erfc, see
+    reference_bias_gelu), and v1 was held to d = 1e-4 for -4 <= v < -3.2, where erff's bound is larger."""
     import cupy
+    from cupyx.scipy.special import erfc
     from kernels import fusion as F
     from utils.check import poisoned
     x = (cupy.random.uniform(-16, 16, shape, dtype=cupy.float32)).astype(F.BF16)
     b = (cupy.random.uniform(-0.5, 0.5, shape[1], dtype=cupy.float32)).astype(F.BF16)
     ref = F.reference_bias_gelu(x, b)
-    for name, fn in (("bias_gelu_v1_vec8", F.bias_gelu), ("bias_gelu_v2_poly", F.bias_gelu_v2)):
+    v = x.astype(cupy.float64) + b.astype(cupy.float64)[None, :]
+    phi = 0.5 * erfc(-v / 2**0.5)
+    for name in F.BIAS_GELU_KERNELS:
         y = poisoned(shape, F.BF16)
-        fn(x, b, y)
+        F.bias_gelu(x, b, y, kernel=name)
+        d = 1e-4 + (2.0**-24 / cupy.maximum(phi, 1e-300) if "v1" in name or "erf" in name else 0.0)
         err = cupy.abs(y.astype(cupy.float64) - ref)
-        ok = err <= (2.0**-8 + 1e-4) * cupy.abs(ref) + 1e-30
-        if name == "bias_gelu_v1_vec8":
-            ok |= (x.astype(cupy.float64) + b.astype(cupy.float64)[None, :]) < -4
-        assert bool(ok.all()), f"{name}: {int((~ok).sum())} elements off, worst abs error {float(err.max()):.3e}"
+        ok = err <= (2.0**-8 + d) * cupy.abs(ref) + 1e-30
+        if not bool(ok.all()):
+            bad = cupy.nonzero(~ok.ravel())[0]
+            w = int(bad[cupy.argmax((err.ravel()[bad] / cupy.abs(ref.ravel()[bad])))])
+            raise AssertionError(f"{name}: {bad.size} elements off; worst at v = {float(v.ravel()[w]):.6g}: "
+                                 f"got {float(y.astype(cupy.float64).ravel()[w]):.6g}, "
+                                 f"expected {float(ref.ravel()[w]):.6g}")
 
 
-def test_bias_gelu_v2_special_values():
+@pytest.mark.parametrize("kernel", ["bias_gelu_v2_poly", "bias_gelu_v3_rows2", "bias_gelu_v3_rows4",
+                                    "bias_gelu_v3_rows8"])
+def test_bias_gelu_v2_special_values(kernel):
     import cupy
     from kernels import fusion as F
     from utils.check import poisoned
@@ -56,7 +76,7 @@ def test_bias_gelu_v2_special_values():
     x = cupy.asarray(vals * 2, dtype=cupy.float32).astype(F.BF16).reshape(1, -1)    # 24 columns: 16-byte path
     b = cupy.zeros(x.shape[1], cupy.float32).astype(F.BF16)
     y = poisoned(x.shape, F.BF16)
-    F.bias_gelu_v2(x, b, y)
+    F.bias_gelu(x, b, y, kernel=kernel)
     got = cupy.asnumpy(y.astype(cupy.float32))[0, :len(vals)]
     xs = cupy.asnumpy(x.astype(cupy.float32))[0, :len(vals)]
     assert got[0] == 0 and got[1] == 0
@@ -97,7 +117,7 @@ def test_add_rmsnorm(shape):
 
 
 @pytest.mark.parametrize("T,Hq,Hk,D", [(1, 32, 32, 128), (37, 8, 2, 128), (199, 4, 4, 64), (37, 3, 1, 20),
-                                       (5, 2, 2, 6)])
+                                       (5, 2, 2, 6), (3, 40, 8, 128), (2, 2, 1, 1024), (3, 1, 2, 600)])
 def test_rope(T, Hq, Hk, D):
     import cupy
     from kernels import fusion as F
@@ -105,7 +125,7 @@ def test_rope(T, Hq, Hk, D):
     q, k = randn((T, Hq, D)), randn((T, Hk, D))
     cos, sin = F.rope_tables(T, D // 2, xp=cupy)
     q_ref, k_ref = F.reference_rope(q, cos, sin), F.reference_rope(k, cos, sin)
-    for name, fn in (("rope_neox_v1_vec8", F.rope), ("cupy", F.cupy_rope)):
+    for name, fn in (("rope_neox_v1_vec8", F.rope), ("rope_neox_v2_tok", F.rope_v2), ("cupy", F.cupy_rope)):
         qo, ko = poisoned(q.shape, F.BF16), poisoned(k.shape, F.BF16)
         fn(q, k, cos, sin, qo, ko)
         assert_close(qo, q_ref, dtype="bfloat16", name=f"{name} q {(T, Hq, D)}")
