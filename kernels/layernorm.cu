@@ -23,10 +23,17 @@
 //                           Chan's formula (one cluster barrier instead of two); register budget
 //                           sized to the values held (2048 threads per SM for <= 8 values)
 //
+//   layernorm_v5_raw        v4 keeping each 16-byte chunk raw (4 registers whatever the dtype: 8 bf16
+//                           values where v4 widens them to 8 fp32 registers), unpacked in every pass;
+//                           w and b loaded a group of chunks at a time (the first group before the
+//                           reduction), and a register budget from the chunks held, so that 256-512
+//                           thread blocks (and clusters of them) share an SM
+//
 //   rmsnorm_v0_naive        one block of 256 threads per row, sum of squares, x re-read to normalize
 //   rmsnorm_v1_registers    the row held in registers as in layernorm_v1: one read, one reduction
 //   rmsnorm_v2_vec16        v1 with 16-byte loads and stores
 //   rmsnorm_v3_ilp          v2 with four accumulators and layernorm_v4's register budget
+//   rmsnorm_v4_raw          v3 with layernorm_v5's raw chunks, grouped weight loads and register budget
 //
 // Template parameters of v1-v3: T (float or __nv_bfloat16), VEC (values per access: 1, or 16 bytes'
 // worth), TPR (threads per row: 32 = a warp per row, else the whole block), THREADS (block size),
@@ -138,6 +145,21 @@ __device__ __forceinline__ float acc_total(const float (&acc)[NACC]) {
     return t;
 }
 
+// The row's mean and M2 / n from this block's exact (n_block, mean_b, M2_b): as they are for a block
+// that holds the whole row, merged over the cluster's blocks with Chan's formula otherwise.
+template <int CLUSTER>
+__device__ __forceinline__ void row_stats(int n_block, float mean_b, float m2_b, Welford* red_w /* [33] */,
+                                          float& mean, float& m2_over_n) {
+    if constexpr (CLUSTER > 1) {
+        const Welford st = cluster_welford<CLUSTER>(Welford{(float)n_block, mean_b, m2_b}, &red_w[32]);
+        mean = st.mean;
+        m2_over_n = st.m2 / st.n;
+    } else {
+        mean = mean_b;
+        m2_over_n = m2_b / n_block;
+    }
+}
+
 template <int TPR, int CLUSTER, int VEC, int NV, int NACC>
 __device__ __forceinline__ void twopass_ilp(const float (&v)[NV * VEC], int col0, int n, int n_block,
                                             float (*red_f)[33], Welford* red_w, float& mean,
@@ -160,14 +182,7 @@ __device__ __forceinline__ void twopass_ilp(const float (&v)[NV * VEC], int col0
         }
     }
     const float m2_b = row_sum<TPR, 1>(acc_total<NACC>(acc), red_f[1]);
-    if constexpr (CLUSTER > 1) {
-        const Welford st = cluster_welford<CLUSTER>(Welford{(float)n_block, mean_b, m2_b}, &red_w[32]);
-        mean = st.mean;
-        m2_over_n = st.m2 / st.n;
-    } else {
-        mean = mean_b;
-        m2_over_n = m2_b / n_block;
-    }
+    row_stats<CLUSTER>(n_block, mean_b, m2_b, red_w, mean, m2_over_n);
 }
 
 // Sum of squares with four independent accumulators (RMSNorm), reduced over the row.
@@ -179,27 +194,40 @@ __device__ __forceinline__ float sumsq_ilp(const float (&v)[ITEMS], float* red) 
     return row_sum<TPR, CLUSTER>((acc[0] + acc[1]) + (acc[2] + acc[3]), red);
 }
 
-// One row per TPR threads; the row's values live in v[ITEMS] (fp32) between the read and the write.
-// Thread t of the row, rank r of the cluster, access j covers columns
+// Where this thread's part of a row lies: rank r of the cluster, thread t of the row, access j at
 //   col(j) = r * TPR * ITEMS + (j * TPR + t) * VEC + [0, VEC)
-// so a warp's accesses are contiguous (coalesced) and a thread's valid columns are a prefix of j.
+struct RowSlice {
+    int rank, row, col0;                 // col(j) = col0 + j * TPR * VEC
+    size_t base;                         // the row's first element
+};
+
+template <int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__device__ __forceinline__ RowSlice row_slice(int n) {
+    static_assert(ITEMS % VEC == 0, "ITEMS must be a multiple of VEC");
+    static_assert(TPR == 32 || TPR == THREADS, "a warp per row, or the whole block per row");
+    static_assert(CLUSTER == 1 || TPR == THREADS, "a cluster splits one row over its blocks");
+    RowSlice rs;
+    rs.rank = CLUSTER > 1 ? (int)cg::this_cluster().block_rank() : 0;
+    rs.row = (blockIdx.x / CLUSTER) * (THREADS / TPR) + threadIdx.x / TPR;
+    rs.base = (size_t)rs.row * n;
+    rs.col0 = rs.rank * TPR * ITEMS + (int)(threadIdx.x % TPR) * VEC;
+    return rs;
+}
+
+// One row per TPR threads; the row's values live in v[ITEMS] (fp32) between the read and the write.
+// With RowSlice's index map a warp's accesses are contiguous (coalesced) and a thread's valid
+// columns are a prefix of j.
 template <int STATS, typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
 __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __restrict__ w,
                                           const T* __restrict__ b, T* __restrict__ y, int rows, int n,
                                           float eps) {
-    static_assert(ITEMS % VEC == 0, "ITEMS must be a multiple of VEC");
-    static_assert(TPR == 32 || TPR == THREADS, "a warp per row, or the whole block per row");
-    static_assert(CLUSTER == 1 || TPR == THREADS, "a cluster splits one row over its blocks");
     constexpr int NV = ITEMS / VEC;
-    constexpr int ROWS_PER_BLOCK = THREADS / TPR;
     __shared__ float red_f[2][33];       // two sums (mean, then deviations) for TWOPASS / one for RMS
     __shared__ Welford red_w[33];        // warp states [32] + the block's state for the cluster [1]
-    const int t = threadIdx.x % TPR;
-    const int rank = CLUSTER > 1 ? (int)cg::this_cluster().block_rank() : 0;
-    const int row = (blockIdx.x / CLUSTER) * ROWS_PER_BLOCK + threadIdx.x / TPR;
-    if (row >= rows) return;             // whole warps only: blocks and clusters never take this path
-    const size_t base = (size_t)row * n;
-    const int col0 = rank * TPR * ITEMS + t * VEC;
+    const RowSlice rs = row_slice<VEC, TPR, THREADS, ITEMS, CLUSTER>(n);
+    if (rs.row >= rows) return;          // whole warps only: blocks and clusters never take this path
+    const int rank = rs.rank, col0 = rs.col0;
+    const size_t base = rs.base;
 
     float v[ITEMS];                      // [NV, VEC] values of this thread, fp32
 #pragma unroll
@@ -359,5 +387,181 @@ rmsnorm_v3_ilp(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
     static_assert(VEC * sizeof(T) == 16, "v3 moves 16 bytes per access");
     static_assert(THREADS * ITEMS <= 32768, "more values per block than 128 registers per thread hold");
     norm_rows<RMS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// [[snippet: norm_raw]]
+// The raw-chunk rows of layernorm_v5 / rmsnorm_v4. Same index map as norm_rows (ITEMS values = NC
+// chunks of VEC per thread), but a thread keeps its chunks as the 16 bytes that came from memory:
+// uint4 q[NC], 4 registers per chunk for fp32 and for bf16 alike, so a bf16 thread holds a row slice
+// in half the registers v4 needs. Each pass unpacks what it reads; chunks past the row's end hold
+// zero bits (0.0 in both dtypes), which the sum ignores and the other passes skip.
+//
+// Run 1 put v4 at 40-73% of copy on the long rows where softmax, with the same layouts and no
+// weights, reached 69-96%: the difference is the write pass, which loads w (and b) one chunk at a
+// time behind a branch, an L2 round trip per chunk with no x loads in flight. Here the weights come
+// in groups of WG chunks, unconditionally (a clamped address past the end), and the first group is
+// issued before the reduction so its latency hides behind the barriers.
+
+// bf16 pair -> two floats by byte permutes. `volatile` keeps the compiler from computing the widened
+// values once and holding them from one pass to the next (common subexpressions), which would cost
+// 8 registers per bf16 chunk again.
+__device__ __forceinline__ void unpack_raw(const uint4& q, float (&v)[4]) {
+    v[0] = __uint_as_float(q.x); v[1] = __uint_as_float(q.y);
+    v[2] = __uint_as_float(q.z); v[3] = __uint_as_float(q.w);
+}
+__device__ __forceinline__ void unpack_raw(const uint4& q, float (&v)[8]) {
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        unsigned lo, hi;
+        asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(w[k]));   // bytes {0, 0, b0, b1}
+        asm volatile("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(hi) : "r"(w[k]));   // bytes {0, 0, b2, b3}
+        v[2 * k] = __uint_as_float(lo);
+        v[2 * k + 1] = __uint_as_float(hi);
+    }
+}
+__device__ __forceinline__ uint4 pack_raw(const float (&v)[4]) {
+    return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+}
+__device__ __forceinline__ uint4 pack_raw(const float (&v)[8]) {
+    unsigned w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        w[k] = *reinterpret_cast<const unsigned*>(&h);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// This thread's sum of the values (SQUARE: of their squares) in its raw chunks, two accumulators;
+// chunks past the row's end hold zero bits and add nothing.
+template <bool SQUARE, int VEC, int NC>
+__device__ __forceinline__ float raw_sum(const uint4 (&q)[NC]) {
+    float acc[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        float v[VEC];
+        unpack_raw(q[j], v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc[k & 1] = SQUARE ? fmaf(v[k], v[k], acc[k & 1]) : acc[k & 1] + v[k];
+    }
+    return acc[0] + acc[1];
+}
+
+// Weight chunks per group in the write pass (the registers: 4 per chunk for w, 4 more for b).
+template <int NC>
+__host__ __device__ constexpr int raw_weight_group() { return NC < 2 ? NC : 2; }
+
+// Blocks per SM that __launch_bounds__ asks ptxas to make room for: the register file (64 Ki) over
+// an estimate of the registers a thread needs (4 per chunk of x, 8 or 16 for a group of weight
+// chunks, ~16 for addresses and statistics, 8 more for a cluster's merge), at most 2048 threads per
+// SM. ptxas fills whatever cap it is given (it hoists loads and unpacks), so the estimate must be
+// tight to buy occupancy (with 24 instead of 16, the 8-chunk fp32 block of 512 got one block per SM).
+template <int NC, int THREADS, bool HAS_B, int CLUSTER>
+__host__ __device__ constexpr int raw_blocks_per_sm() {
+    constexpr int regs = 4 * NC + 4 * raw_weight_group<NC>() * (HAS_B ? 2 : 1) + (CLUSTER > 1 ? 24 : 16);
+    constexpr int by_regs = 65536 / (THREADS * regs);
+    constexpr int by_threads = 2048 / THREADS;
+    return by_regs < 1 ? 1 : (by_regs < by_threads ? by_regs : by_threads);
+}
+
+template <bool LN, typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__device__ __forceinline__ void norm_rows_raw(const T* __restrict__ x, const T* __restrict__ w,
+                                              const T* __restrict__ b, T* __restrict__ y, int rows, int n,
+                                              float eps) {
+    static_assert(VEC * sizeof(T) == 16, "raw chunks are 16 bytes");
+    constexpr int NC = ITEMS / VEC;
+    constexpr int WG = raw_weight_group<NC>();
+    constexpr int NG = (NC + WG - 1) / WG;
+    __shared__ float red_f[2][33];
+    __shared__ Welford red_w[33];
+    const RowSlice rs = row_slice<VEC, TPR, THREADS, ITEMS, CLUSTER>(n);
+    if (rs.row >= rows) return;          // whole warps only: blocks and clusters never take this path
+    const int rank = rs.rank;
+    const size_t base = rs.base;
+    auto col_of = [&](int j) { return rs.col0 + j * TPR * VEC; };
+
+    uint4 q[NC];                         // [NC] raw 16-byte chunks of x
+#pragma unroll
+    for (int j = 0; j < NC; ++j)
+        q[j] = col_of(j) < n ? __ldg(reinterpret_cast<const uint4*>(x + base + col_of(j))) : make_uint4(0, 0, 0, 0);
+
+    // Weight group g: chunks [g * WG, g * WG + WG); a chunk past the end reads column 0 (never used).
+    uint4 qw[WG], qb[WG];
+    auto load_weights = [&](int g) {
+#pragma unroll
+        for (int i = 0; i < WG; ++i) {
+            const int c = col_of(g * WG + i) < n ? col_of(g * WG + i) : 0;
+            qw[i] = __ldg(reinterpret_cast<const uint4*>(w + c));
+            if constexpr (LN) qb[i] = __ldg(reinterpret_cast<const uint4*>(b + c));
+        }
+    };
+    load_weights(0);                     // in flight through the reduction
+
+    float mean = 0.f, rstd;
+    if constexpr (LN) {
+        const int n_block = min(max(n - rank * TPR * ITEMS, 0), TPR * ITEMS);
+        const float s = row_sum<TPR, 1>(raw_sum<false, VEC, NC>(q), red_f[0]);
+        const float mean_b = n_block > 0 ? s / n_block : 0.f;
+        float acc[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            if (col_of(j) < n) {
+                float v[VEC];
+                unpack_raw(q[j], v);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    const float d = v[k] - mean_b;
+                    acc[k & 1] = fmaf(d, d, acc[k & 1]);
+                }
+            }
+        }
+        float var;
+        row_stats<CLUSTER>(n_block, mean_b, row_sum<TPR, 1>(acc[0] + acc[1], red_f[1]), red_w, mean, var);
+        rstd = rsqrtf(var + eps);
+    } else {
+        rstd = rsqrtf(row_sum<TPR, CLUSTER>(raw_sum<true, VEC, NC>(q), red_f[0]) / n + eps);
+    }
+
+#pragma unroll
+    for (int g = 0; g < NG; ++g) {
+        if (g > 0) load_weights(g);
+#pragma unroll
+        for (int i = 0; i < WG; ++i) {
+            const int j = g * WG + i;
+            if (j < NC && col_of(j) < n) {
+                float v[VEC], fw[VEC], fb[VEC], o[VEC];
+                unpack_raw(q[j], v);
+                unpack_raw(qw[i], fw);
+                if constexpr (LN) unpack_raw(qb[i], fb);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    o[k] = (v[k] - mean) * rstd * fw[k];
+                    if constexpr (LN) o[k] += fb[k];
+                }
+                *reinterpret_cast<uint4*>(y + base + col_of(j)) = pack_raw(o);
+            }
+        }
+    }
+    if constexpr (CLUSTER > 1) cg::this_cluster().sync();   // keep our smem alive for the others' reads
+}
+// [[/snippet]]
+
+// [[snippet: layernorm_v5]]
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, raw_blocks_per_sm<ITEMS / VEC, THREADS, true, CLUSTER>()) __cluster_dims__(CLUSTER, 1, 1)
+layernorm_v5_raw(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                 T* __restrict__ y, int rows, int n, float eps) {
+    norm_rows_raw<true, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// [[snippet: rmsnorm_v4]]
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, raw_blocks_per_sm<ITEMS / VEC, THREADS, false, CLUSTER>()) __cluster_dims__(CLUSTER, 1, 1)
+rmsnorm_v4_raw(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int rows, int n,
+               float eps) {
+    norm_rows_raw<false, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
 }
 // [[/snippet]]

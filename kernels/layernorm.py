@@ -158,7 +158,7 @@ class Layout:
     @property
     def name(self) -> str:
         if self.tpr == 32:
-            return f"warp/row x{self.items}"
+            return f"warp/row x{self.items}, block {self.threads}"
         c = f", cluster {self.cluster}" if self.cluster > 1 else ""
         return f"block {self.threads}/row x{self.items}{c}"
 
@@ -194,9 +194,71 @@ TUNE_LAYOUTS = (
 )
 FAST_LAYOUTS = LAYOUTS + TUNE_LAYOUTS
 
-# The layout the dispatcher gives the fast versions, per (op, dtype, n), where measurement picked
-# one other than layout_for(n); filled from the tune script's summary lines.
-TUNED: dict[tuple[str, str, int], Layout] = {}
+# Layouts of the raw-chunk versions (layernorm_v5_raw, rmsnorm_v4_raw), per dtype: a raw chunk costs 4
+# registers for 4 fp32 or 8 bf16, so the layouts are chosen by chunks per thread (ITEMS / VEC), not by
+# values. The defaults (shortest first, the first that holds the row) follow what chapter 6's raw
+# softmax measured best at the same widths: a warp per row up to 1024; 128 threads x 4-8 chunks at
+# 4096; 256-512 threads x 8 chunks at 16384; 256-512-thread blocks in clusters of 4-8 beyond, so that
+# several clusters share an SM. The extras are the tune script's second guesses.
+RAW_LAYOUTS = {
+    "float32": (
+        Layout(32, 256, 8),            # n <= 256:    2 chunks per lane
+        Layout(32, 256, 32),           # n <= 1024:   8 chunks per lane
+        Layout(128, 128, 32),          # n <= 4096:   8 chunks, 128 threads (softmax fp32: 95%)
+        Layout(512, 512, 32),          # n <= 16384:  8 chunks, 512 threads (softmax fp32: 95%)
+        Layout(256, 256, 32, 8),       # n <= 65536:  8 chunks, 256 threads, cluster 8 (3 blocks per SM)
+        Layout(512, 512, 64, 8),       # n <= 262144: 16 chunks, cluster 8 (softmax fp32: 71%)
+    ),
+    "bfloat16": (
+        Layout(32, 256, 8),            # n <= 256:    1 chunk per lane
+        Layout(32, 256, 32),           # n <= 1024:   4 chunks per lane
+        Layout(128, 128, 32),          # n <= 4096:   4 chunks, 128 threads (softmax bf16: 82%)
+        Layout(256, 256, 64),          # n <= 16384:  8 chunks, 256 threads (softmax bf16: 92%)
+        Layout(256, 256, 32, 8),       # n <= 65536:  4 chunks, 256 threads, cluster 8 (softmax bf16: 64%)
+        Layout(512, 512, 64, 8),       # n <= 262144: 8 chunks, cluster 8 (softmax bf16: 59%)
+    ),
+}
+RAW_TUNE_LAYOUTS = {
+    "float32": (
+        Layout(256, 256, 16),          # n = 4096:   4 chunks
+        Layout(256, 256, 64),          # n = 16384:  16 chunks, 256 threads
+        Layout(512, 512, 32, 4),       # n = 65536:  8 chunks, cluster 4 (softmax fp32: 75%)
+        Layout(1024, 1024, 32, 8),     # n = 262144: 8 chunks, 1024 threads, cluster 8
+    ),
+    "bfloat16": (
+        Layout(256, 256, 16),          # n = 4096:   2 chunks
+        Layout(512, 512, 32),          # n = 16384:  4 chunks, 512 threads
+        Layout(256, 256, 64, 4),       # n = 65536:  8 chunks, cluster 4
+        Layout(256, 256, 128, 8),      # n = 262144: 16 chunks, 256 threads, cluster 8
+    ),
+}
+RAW_ALL_LAYOUTS = {d: RAW_LAYOUTS[d] + RAW_TUNE_LAYOUTS[d] for d in RAW_LAYOUTS}
+
+# What the dispatcher launches per (op, dtype, n) for the chapter's widths: (version label, layout),
+# the best of the tune script's measurements (first H200 batch, 2026-11-29). Other widths take the
+# fast version at layout_for(n).
+TUNED: dict[tuple[str, str, int], tuple[str, Layout]] = {
+    ("layernorm", "float32", 1024): ("v4_ilp", Layout(32, 256, 32)),
+    ("layernorm", "float32", 4096): ("v4_ilp", Layout(512, 512, 8)),
+    ("layernorm", "float32", 16384): ("v4_ilp", Layout(512, 512, 32)),
+    ("layernorm", "float32", 65536): ("v4_ilp", Layout(512, 512, 32, 4)),
+    ("layernorm", "float32", 262144): ("v4_ilp", Layout(1024, 1024, 32, 8)),
+    ("layernorm", "bfloat16", 1024): ("v4_ilp", Layout(32, 256, 32)),
+    ("layernorm", "bfloat16", 4096): ("v4_ilp", Layout(128, 128, 32)),
+    ("layernorm", "bfloat16", 16384): ("v4_ilp", Layout(512, 512, 32)),
+    ("layernorm", "bfloat16", 65536): ("v4_ilp", Layout(512, 512, 32, 4)),
+    ("layernorm", "bfloat16", 262144): ("v4_ilp", Layout(512, 512, 64, 8)),
+    ("rmsnorm", "float32", 1024): ("v3_ilp", Layout(32, 256, 32)),
+    ("rmsnorm", "float32", 4096): ("v3_ilp", Layout(512, 512, 8)),
+    ("rmsnorm", "float32", 16384): ("v3_ilp", Layout(512, 512, 32)),
+    ("rmsnorm", "float32", 65536): ("v3_ilp", Layout(512, 512, 16, 8)),
+    ("rmsnorm", "float32", 262144): ("v3_ilp", Layout(1024, 1024, 32, 8)),
+    ("rmsnorm", "bfloat16", 1024): ("v3_ilp", Layout(32, 256, 32)),
+    ("rmsnorm", "bfloat16", 4096): ("v3_ilp", Layout(256, 256, 16)),
+    ("rmsnorm", "bfloat16", 16384): ("v3_ilp", Layout(512, 512, 32)),
+    ("rmsnorm", "bfloat16", 65536): ("v3_ilp", Layout(512, 512, 32, 4)),
+    ("rmsnorm", "bfloat16", 262144): ("v3_ilp", Layout(1024, 1024, 32, 8)),
+}
 
 
 def layout_for(n: int) -> Layout:
@@ -205,6 +267,14 @@ def layout_for(n: int) -> Layout:
         if n <= lay.capacity:
             return lay
     raise ValueError(f"x: rows of {n} values exceed the longest row the register layouts hold ({MAX_N})")
+
+
+def raw_layout_for(n: int, dtype: str) -> Layout:
+    """The default raw-version layout for rows of ``n`` values of ``dtype`` (the first that holds it)."""
+    for lay in RAW_LAYOUTS[dtype]:
+        if n <= lay.capacity:
+            return lay
+    raise ValueError(f"x: rows of {n} values exceed the longest row the raw layouts hold ({MAX_N})")
 
 
 def grid_of(rows: int, lay: Layout) -> int:
@@ -238,10 +308,12 @@ KERNELS = {
     "rmsnorm_v1_registers": 1, "rmsnorm_v2_vec16": 16,
 }
 FAST_KERNELS = {"layernorm_v4_ilp": 16, "rmsnorm_v3_ilp": 16}   # instantiated for FAST_LAYOUTS
+RAW_KERNELS = {"layernorm_v5_raw": 16, "rmsnorm_v4_raw": 16}     # instantiated for RAW_ALL_LAYOUTS[dtype]
 
 
 def _vec(kernel: str, dtype: str) -> int:
-    return VEC16[dtype] if {**KERNELS, **FAST_KERNELS}[kernel] == 16 else 1
+    """Values per access of ``kernel`` (the v0 naive kernels, in no table, read one value at a time)."""
+    return VEC16[dtype] if {**KERNELS, **FAST_KERNELS, **RAW_KERNELS}.get(kernel, 1) == 16 else 1
 
 
 def _all_name_expressions() -> tuple[str, ...]:
@@ -264,12 +336,16 @@ SOURCE_SPILLING = KernelSource("layernorm.cu", name_expressions=SPILLING, spill_
 # The fast versions in a module of their own, so that the tune script compiles only them.
 SOURCE_FAST = KernelSource("layernorm.cu", name_expressions=tuple(
     name_expression(k, d, _vec(k, d), lay) for k in FAST_KERNELS for d in DTYPES for lay in FAST_LAYOUTS))
+SOURCE_RAW = KernelSource("layernorm.cu", name_expressions=tuple(
+    name_expression(k, d, _vec(k, d), lay) for k in RAW_KERNELS for d in DTYPES for lay in RAW_ALL_LAYOUTS[d]))
 
 
 def function(expr: str):
     """The CuPy kernel for a name expression, from whichever source instantiates it."""
     if expr in SPILLING:
         return SOURCE_SPILLING.function(expr)
+    if expr.startswith(tuple(RAW_KERNELS)):
+        return SOURCE_RAW.function(expr)
     return (SOURCE_FAST if expr.startswith(tuple(FAST_KERNELS)) else SOURCE).function(expr)
 
 
@@ -317,11 +393,14 @@ def _plan_rows(op, kernel, x, w, b, y, eps, layout):
     expect_array(x, "x", ndim=2)
     vec = _vec(kernel, _dtype_name(x.dtype))
     dtype, rows, n = _validate(op, x, w, b, y, vec)
-    lay = layout_for(n) if layout is None else layout
-    allowed = FAST_LAYOUTS if kernel in FAST_KERNELS else LAYOUTS
+    if kernel in RAW_KERNELS:
+        lay = raw_layout_for(n, dtype) if layout is None else layout
+        allowed, allowed_name = RAW_ALL_LAYOUTS[dtype], f"RAW_ALL_LAYOUTS['{dtype}']"
+    else:
+        lay = layout_for(n) if layout is None else layout
+        allowed, allowed_name = (FAST_LAYOUTS, "FAST_LAYOUTS") if kernel in FAST_KERNELS else (LAYOUTS, "LAYOUTS")
     if lay not in allowed:
-        raise ValueError(f"layout {lay} is not instantiated for {kernel}; pick one of "
-                         f"{'FAST_LAYOUTS' if kernel in FAST_KERNELS else 'LAYOUTS'}")
+        raise ValueError(f"layout {lay} is not instantiated for {kernel} ({dtype}); pick one of {allowed_name}")
     if n > lay.capacity:
         raise ValueError(f"x: rows of {n} values do not fit layout {lay.name} (capacity {lay.capacity})")
     grid = grid_of(rows, lay)
@@ -386,6 +465,8 @@ LN_VERSIONS = registry(
             "v2 with 16-byte loads and stores"),
     Version("layernorm_v4_ilp", "v4_ilp", _ln_launcher("layernorm_v4_ilp"),
             "16-byte layout, exact two-pass from registers with 4 accumulators, Chan merge over the cluster"),
+    Version("layernorm_v5_raw", "v5_raw", _ln_launcher("layernorm_v5_raw"),
+            "v4 with raw 16-byte chunks in registers, grouped weight loads, several blocks per SM"),
 )
 
 RMS_VERSIONS = registry(
@@ -397,6 +478,8 @@ RMS_VERSIONS = registry(
             "v1 with 16-byte loads and stores"),
     Version("rmsnorm_v3_ilp", "v3_ilp", _rms_launcher("rmsnorm_v3_ilp"),
             "v2 with 4 accumulators and a register budget sized to the values held"),
+    Version("rmsnorm_v4_raw", "v4_raw", _rms_launcher("rmsnorm_v4_raw"),
+            "v3 with raw 16-byte chunks in registers, grouped weight loads, several blocks per SM"),
 )
 
 VERSIONS = {"layernorm": LN_VERSIONS, "rmsnorm": RMS_VERSIONS}
@@ -408,11 +491,14 @@ FAST_LABEL = {"layernorm": "v4_ilp", "rmsnorm": "v3_ilp"}
 
 
 def pick(op: str, n: int, dtype) -> str:
-    """The version label the dispatcher uses for rows of ``n`` values: the fast 16-byte version where n
-    is a multiple of the 16-byte vector, else the best scalar one; the naive kernel beyond MAX_N."""
+    """The version label the dispatcher uses for rows of ``n`` values: the measured winner (TUNED) on
+    the chapter's widths, else the fast 16-byte version where n is a multiple of the 16-byte vector,
+    else the best scalar one; the naive kernel beyond MAX_N."""
     name = _dtype_name(dtype)
     if n > MAX_N:
         return "v0_naive"
+    if (op, name, n) in TUNED:
+        return TUNED[op, name, n][0]
     if n % VEC16[name] == 0:
         return FAST_LABEL[op]
     return "v1_twopass" if op == "layernorm" else "v1_registers"
@@ -421,9 +507,18 @@ def pick(op: str, n: int, dtype) -> str:
 def pick_layout(op: str, n: int, dtype) -> Layout | None:
     """The layout the dispatcher passes with :func:`pick`'s version (None: the version's default)."""
     name = _dtype_name(dtype)
+    if (op, name, n) in TUNED:
+        return TUNED[op, name, n][1]
     if pick(op, n, dtype) != FAST_LABEL[op]:
         return None
-    return TUNED.get((op, name, n), layout_for(n))
+    return layout_for(n)
+
+
+def layout_of(op: str, label: str, n: int, dtype) -> Layout | None:
+    """The layout to time ``label`` of ``op`` with at width ``n``: the TUNED one when the dispatcher
+    picks this version there, else None (the version's default layout)."""
+    tuned = TUNED.get((op, _dtype_name(dtype), n))
+    return tuned[1] if tuned is not None and tuned[0] == label else None
 
 
 def layer_norm(x, w, b, eps: float = EPS_LN, out=None):

@@ -191,6 +191,55 @@ def test_every_launchable_kernel_is_instantiated():
                 assert L.name_expression(kernel, dtype, L._vec(kernel, dtype), lay) in fast
     assert not fast & exprs
     assert L.SOURCE_SPILLING.spill_free is False and L.SOURCE.spill_free is True and L.SOURCE_FAST.spill_free
+    raw = set(L.SOURCE_RAW.name_expressions)
+    for kernel in L.RAW_KERNELS:
+        for dtype in L.DTYPES:
+            for lay in L.RAW_ALL_LAYOUTS[dtype]:
+                assert L.name_expression(kernel, dtype, L._vec(kernel, dtype), lay) in raw
+    assert not raw & (fast | exprs) and L.SOURCE_RAW.spill_free
+
+
+def test_naive_kernels_read_one_value_at_a_time():
+    """The v0 kernels are in no vector table (the first GPU batch failed on a KeyError here)."""
+    for op in ("layernorm", "rmsnorm"):
+        for dtype in L.DTYPES:
+            assert L._vec(f"{op}_v0_naive", dtype) == 1
+            assert L._vec(L.VERSIONS[op]["v1_twopass" if op == "layernorm" else "v1_registers"].kernel, dtype) == 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_raw_layouts(dtype):
+    """Raw layouts: shortest first up to MAX_N, each a whole number of 16-byte chunks per thread, the
+    tune extras filling a chapter width; every column covered once (same index map as norm_rows)."""
+    vec = L.VEC16[dtype]
+    caps = [lay.capacity for lay in L.RAW_LAYOUTS[dtype]]
+    assert caps == sorted(caps) and caps[-1] == L.MAX_N
+    widths = {n for _, n in TARGET_SHAPES}
+    assert {lay.capacity for lay in L.RAW_TUNE_LAYOUTS[dtype]} <= widths
+    assert len(set(L.RAW_ALL_LAYOUTS[dtype])) == len(L.RAW_ALL_LAYOUTS[dtype])
+    for lay in L.RAW_ALL_LAYOUTS[dtype]:
+        assert lay.items % vec == 0 and lay.cluster in (1, 2, 4, 8) and (lay.tpr == 32 or lay.tpr == lay.threads)
+        for n in (lay.capacity, lay.capacity - vec * 37):
+            if n > 0:
+                cols = simulate_columns(n, lay, vec)
+                assert cols.size == n and np.array_equal(np.sort(cols), np.arange(n))
+    for n in (8, 1000, 4096, 65536, 262144):
+        assert n <= L.raw_layout_for(n, dtype).capacity
+    with pytest.raises(ValueError, match="exceed"):
+        L.raw_layout_for(L.MAX_N + 8, dtype)
+
+
+def test_tuned_entries_are_launchable():
+    """Every TUNED (version, layout) names a version of its op and a layout instantiated for it."""
+    for (op, dtype, n), (label, lay) in L.TUNED.items():
+        kernel = L.VERSIONS[op][label].kernel
+        allowed = L.RAW_ALL_LAYOUTS[dtype] if kernel in L.RAW_KERNELS else L.FAST_LAYOUTS
+        assert lay in allowed and lay.capacity >= n and n % L.VEC16[dtype] == 0
+        dt = L._bf16() if dtype == "bfloat16" else np.float32
+        assert L.pick(op, n, dt) == label and L.pick_layout(op, n, dt) == lay
+        assert L.layout_of(op, label, n, dt) == lay
+        other = next(lbl for lbl in L.VERSIONS[op] if lbl != label)
+        assert L.layout_of(op, other, n, dt) is None
 
 
 def test_pick():

@@ -105,7 +105,7 @@ def test_every_row_gets_identical_statistics_across_its_threads():
         x = cupy.full((2, n), 3.25, dtype=cupy.float32)
         w = cupy.random.standard_normal(n, dtype=cupy.float32)
         b = cupy.random.standard_normal(n, dtype=cupy.float32)
-        for label in ("v1_twopass", "v2_welford", "v3_vec16", "v4_ilp"):
+        for label in ("v1_twopass", "v2_welford", "v3_vec16", "v4_ilp", "v5_raw"):
             y = cupy.empty_like(x)
             L.LN_VERSIONS[label].launch(x, w, b, y)
             assert bool((y == b[None, :]).all()), f"{label} n={n}"
@@ -141,16 +141,22 @@ def _fast_cases():
 def test_fast_versions_on_every_layout(case, dtype):
     """layernorm_v4_ilp and rmsnorm_v3_ilp on each layout they are instantiated for (the tune
     candidates included), outputs poisoned, LayerNorm input with mean 3 (two-pass must centre it)."""
+    lay, rows, n = case
+    _check_on_layout("v4_ilp", "v3_ilp", lay, rows, n, dtype)
+
+
+def _check_on_layout(ln_label, rms_label, lay, rows, n, dtype):
+    """LayerNorm ``ln_label`` (input mean 3: two-pass must centre it) and RMSNorm ``rms_label`` on
+    ``lay``, fresh inputs, poisoned outputs."""
     from kernels import layernorm as L
     from utils.check import assert_close, poisoned
-    lay, rows, n = case
     x, w, b = _inputs(rows, n, dtype, mean=3.0)
     y = poisoned((rows, n), _dtype(dtype))
-    L.LN_VERSIONS["v4_ilp"].launch(x, w, b, y, layout=lay)
-    assert_close(y, L.layer_norm_ref(x, w, b), dtype=dtype, name=f"v4_ilp {lay.name} {dtype} {(rows, n)}")
+    L.LN_VERSIONS[ln_label].launch(x, w, b, y, layout=lay)
+    assert_close(y, L.layer_norm_ref(x, w, b), dtype=dtype, name=f"{ln_label} {lay.name} {dtype} {(rows, n)}")
     y = poisoned((rows, n), _dtype(dtype))
-    L.RMS_VERSIONS["v3_ilp"].launch(x, w, y, layout=lay)
-    assert_close(y, L.rms_norm_ref(x, w), dtype=dtype, name=f"v3_ilp {lay.name} {dtype} {(rows, n)}")
+    L.RMS_VERSIONS[rms_label].launch(x, w, y, layout=lay)
+    assert_close(y, L.rms_norm_ref(x, w), dtype=dtype, name=f"{rms_label} {lay.name} {dtype} {(rows, n)}")
 
 
 @pytest.mark.parametrize("lay_index", range(6, 16))
@@ -164,3 +170,49 @@ def test_fast_layernorm_large_mean_on_tune_layouts(lay_index):
     y = poisoned(x.shape, np.float32)
     L.LN_VERSIONS["v4_ilp"].launch(x, w, b, y, layout=lay)
     assert_close(y, L.layer_norm_ref(x, w, b), tol=1e-2, name=f"v4_ilp {lay.name} large mean")
+
+
+def _raw_cases():
+    """(dtype, layout, rows, n) for the raw versions: every layout of each dtype at its full width and
+    37 vectors short of it, rows 1, 37, 199 (bounded in size)."""
+    from kernels import layernorm as L
+    out = []
+    for dtype, lays in L.RAW_ALL_LAYOUTS.items():
+        for lay in lays:
+            for rows in (1, 37, 199):
+                for n in (lay.capacity, lay.capacity - L.VEC16[dtype] * 37):
+                    if n > 0 and rows * n <= 1 << 25:
+                        out.append((dtype, lay, rows, n))
+    return out
+
+
+@pytest.mark.parametrize("case", _raw_cases(), ids=lambda c: f"{c[0]}-{c[1].name}-{c[2]}x{c[3]}")
+def test_raw_versions_on_every_layout(case):
+    """layernorm_v5_raw and rmsnorm_v4_raw on each layout instantiated for the dtype, outputs poisoned,
+    LayerNorm input with mean 3; bf16 rows go through the byte-permute unpack and the packed store."""
+    dtype, lay, rows, n = case
+    _check_on_layout("v5_raw", "v4_raw", lay, rows, n, dtype)
+
+
+@pytest.mark.parametrize("lay_index", range(2, 10))
+def test_raw_layernorm_large_mean(lay_index):
+    """mean 1e4, std 1, fp32, on the raw block and cluster layouts (exact two-pass, Chan over ranks)."""
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    lay = L.RAW_ALL_LAYOUTS["float32"][lay_index]
+    rows = 4 if lay.capacity >= 65536 else 64
+    x, w, b = _inputs(rows, lay.capacity - 4 * 37, "float32", mean=1e4)
+    y = poisoned(x.shape, np.float32)
+    L.LN_VERSIONS["v5_raw"].launch(x, w, b, y, layout=lay)
+    assert_close(y, L.layer_norm_ref(x, w, b), tol=1e-2, name=f"v5_raw {lay.name} large mean")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dispatcher_on_the_chapter_widths(dtype):
+    """L.layer_norm / L.rms_norm with the TUNED (version, layout) of every chapter width, few rows."""
+    from kernels import layernorm as L
+    from utils.check import assert_close
+    for n in (1024, 4096, 16384, 65536, 262144):
+        x, w, b = _inputs(3, n, dtype, mean=0.5)
+        assert_close(L.layer_norm(x, w, b), L.layer_norm_ref(x, w, b), dtype=dtype, name=f"layer_norm n={n}")
+        assert_close(L.rms_norm(x, w), L.rms_norm_ref(x, w), dtype=dtype, name=f"rms_norm n={n}")
