@@ -18,8 +18,12 @@
 //                     recomputing e^{x - m} at the write; block size and chunks per thread are template
 //                     parameters and __launch_bounds__ asks for enough blocks per SM. bf16 rows get
 //                     twice the bytes in flight per register.
-//   v6_cluster_raw    v4 the same way, with 256-512-thread blocks so several clusters share an SM and
-//                     one's cluster barriers overlap another's memory traffic.
+//   v6_cluster_raw    v4 the same way, with 128-512-thread blocks so several clusters share an SM and
+//                     one's cluster barriers overlap another's memory traffic. Cluster sizes above 8
+//                     are non-portable: the launcher sets the function attribute that allows them.
+//   v7_warp_raw       v2 with raw chunks and a register cap from MIN_BLOCKS: short bf16 rows at 4
+//                     registers per 8 elements, so every row of a small input is resident at once
+//                     (one wave: all loads issued at the start, no second wave to wait for).
 //
 // Templates are instantiated by name expression from kernels/softmax.py (softmax_v2_warp_row<float, 8>).
 // The (m, l) state and its merge live in online_softmax.cuh, shared with chapter 15.
@@ -508,7 +512,7 @@ softmax_v5_block_raw(const T* __restrict__ x, T* __restrict__ y, int cols) {
 // [[snippet: softmax_v6]]
 // v6: v4 with raw chunks and a free block size: a cluster of CL blocks of THREADS per row, grid (CL, rows),
 // block rank r holding chunks [r * SLICE, (r + 1) * SLICE), SLICE = NC * THREADS. v4's 1024-thread blocks
-// leave one or two blocks per SM, so an SM idles through every cluster barrier; with 256-512 threads and
+// leave one or two blocks per SM, so an SM idles through every cluster barrier; with 128-512 threads and
 // raw chunks several clusters share each SM and one's barrier overlaps another's loads and stores.
 template <typename T, int NC, int THREADS, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, RawOccupancy<NC, THREADS>::MIN_BLOCKS)
@@ -529,5 +533,25 @@ softmax_v6_cluster_raw(const T* __restrict__ x, T* __restrict__ y, int cols) {
     const SoftmaxState bs = softmax_block_merge<THREADS>(mine, scratch);
     softmax_cluster_merge<CL>(cluster, bs, block_state, row_state_smem);
     softmax_raw_write<T, NC>(y + base, first, THREADS, cols, vec_ok, q, row_state_smem);
+}
+// [[/snippet]]
+
+// [[snippet: softmax_v7]]
+// v7: v2 with raw chunks: one warp per row, ROWS rows per block, lane l holding chunks l, l + 32, ...
+// MIN_BLOCKS is the occupancy asked of ptxas (a register cap of 65536 / (MIN_BLOCKS x 32 ROWS)). For
+// bf16 rows of 1024 (4 chunks, 16 data registers per lane) 8 blocks of 8 warps is 32 registers per
+// thread and 64 rows per SM: 132 x 64 >= 8192 rows, so the whole input is in flight in one wave.
+template <typename T, int NC, int ROWS, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * ROWS, MIN_BLOCKS)
+softmax_v7_warp_raw(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+    const int lane = threadIdx.x % 32;
+    const int r = blockIdx.x * ROWS + threadIdx.x / 32;
+    if (r >= rows) return;                      // whole warps leave together
+    const size_t base = (size_t)r * cols;
+    const bool vec_ok = cols % Chunk<T>::VEC == 0;
+    uint4 q[NC];                                // [NC] raw 16-byte chunks: this lane's part of the row
+    const SoftmaxState mine = softmax_raw_state<T, NC>(x + base, lane, 32, cols, vec_ok, q);
+    const SoftmaxState row_state = softmax_warp_merge(mine);
+    softmax_raw_write<T, NC>(y + base, lane, 32, cols, vec_ok, q, row_state);
 }
 // [[/snippet]]

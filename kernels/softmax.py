@@ -37,16 +37,30 @@ V4_ELEMS = (16, 32)              # elements per thread in v4: 16 first, 32 only 
 
 # v5 / v6 configurations per dtype name, (NC chunks per thread, THREADS[, CL]), in the order the default
 # geometry tries them: the first whose row capacity (CL x THREADS x NC x VEC elements) holds the row.
-# The defaults keep 4 chunks (64 bytes) per thread where they can: bf16 then carries as many bytes per
-# thread as v3 does for fp32. Extra instances are compiled for the tuning script (scripts/tune).
-V5_DEFAULT = {"float32": ((2, 128), (4, 256), (4, 512), (4, 1024)),
-              "bfloat16": ((1, 128), (2, 128), (4, 128), (4, 256), (4, 512), (4, 1024))}
-V5_EXTRA = {"float32": ((8, 128), (8, 512), (2, 64)),
-            "bfloat16": ((2, 64), (2, 256), (8, 256))}
-V6_DEFAULT = {"float32": ((4, 512, 2), (4, 512, 4), (4, 512, 8), (8, 1024, 8)),
-              "bfloat16": ((4, 512, 2), (4, 512, 4), (4, 512, 8), (8, 512, 8))}
-V6_EXTRA = {"float32": ((8, 512, 4), (4, 1024, 4), (4, 256, 8), (16, 512, 8)),
-            "bfloat16": ((2, 512, 8), (4, 256, 8), (4, 1024, 8), (8, 256, 8))}
+# The defaults are the winners of the first H200 tuning run (scripts/tune/ch06_softmax.py) at the
+# chapter's widths. What decided them was the row bytes each SM keeps resident in registers (blocks per SM
+# x bytes per block). Clusters: 64 KiB gave 44-56% of copy, 80 KiB 64%, 128 KiB 59-76%; one block per
+# row: 64 KiB 69-76%, 80 KiB 82%, 128 KiB 92-96%. The extras are candidates
+# the tuning script times beside them: bf16 4096 in 64-thread blocks of 8 chunks (16 blocks, 128 KiB per
+# SM where (4, 128) keeps 80), 128-thread v6 blocks of 16 chunks (5 blocks at <= 96 registers, 160 KiB per
+# SM) and clusters of 16 (two 64 KiB blocks per SM from two different rows).
+V5_DEFAULT = {"float32": ((2, 128), (8, 128), (4, 512), (8, 512)),
+              "bfloat16": ((1, 128), (2, 128), (4, 128), (4, 256), (8, 256), (4, 1024))}
+V5_EXTRA = {"float32": ((4, 256),),
+            "bfloat16": ((4, 512), (8, 64))}
+V6_DEFAULT = {"float32": ((4, 512, 2), (8, 512, 4), (16, 512, 8)),
+              "bfloat16": ((4, 512, 2), (4, 256, 8), (4, 512, 8), (8, 512, 8))}
+V6_EXTRA = {"float32": ((4, 512, 8), (16, 128, 8), (16, 256, 16), (8, 512, 16)),
+            "bfloat16": ((4, 512, 4), (8, 256, 4), (16, 128, 4), (8, 256, 16), (16, 128, 16))}
+# v7 configurations, (NC chunks per lane, ROWS warps per block, MIN_BLOCKS per SM asked of ptxas).
+# bf16 (4, 8, 8): 32 registers per thread, 64 rows per SM, every row of 8192 x 1024 resident at once.
+V7_DEFAULT = {"float32": ((4, 8, 8), (8, 8, 5)),
+              "bfloat16": ((4, 8, 8), (8, 8, 5))}
+V7_EXTRA = {"float32": (),
+            "bfloat16": ((4, 8, 6), (4, 4, 16))}
+RAW_TABLES = {"v5_block_raw": (V5_DEFAULT, V5_EXTRA), "v6_cluster_raw": (V6_DEFAULT, V6_EXTRA),
+              "v7_warp_raw": (V7_DEFAULT, V7_EXTRA)}
+PORTABLE_CLUSTER = 8             # larger clusters need the non-portable attribute (set by the launcher)
 
 
 def _dtypes():
@@ -155,42 +169,57 @@ def raw_capacity(dtype, nc: int, threads: int, cl: int = 1) -> int:
     return cl * threads * nc * vec(dtype)
 
 
+def capacity(version: str, dtype, config: tuple) -> int:
+    """Elements per row that one v5/v6/v7 configuration holds (v7: a warp of 32 lanes x NC chunks)."""
+    if version == "v7_warp_raw":
+        return raw_capacity(dtype, config[0], 32)
+    return raw_capacity(dtype, *config)
+
+
+def raw_configs(version: str, dtype) -> tuple:
+    """Every instantiated configuration of a raw version: the defaults, then the tuning extras."""
+    table, extra = RAW_TABLES[version]
+    return table[dtype_name(dtype)] + extra[dtype_name(dtype)]
+
+
 def raw_config(version: str, cols: int, dtype, config: tuple | None = None) -> tuple:
-    """(NC, THREADS) for v5, (NC, THREADS, CL) for v6: ``config`` if given (it must be instantiated and
-    hold the row), else the first default that holds the row."""
-    table = V5_DEFAULT if version == "v5_block_raw" else V6_DEFAULT
-    extra = V5_EXTRA if version == "v5_block_raw" else V6_EXTRA
+    """(NC, THREADS) for v5, (NC, THREADS, CL) for v6, (NC, ROWS, MIN_BLOCKS) for v7: ``config`` if
+    given (it must be instantiated and hold the row), else the first default that holds the row."""
+    table = RAW_TABLES[version][0][dtype_name(dtype)]
     dn = dtype_name(dtype)
     if config is not None:
         config = tuple(int(c) for c in config)
-        if config not in table[dn] + extra[dn]:
+        if config not in raw_configs(version, dtype):
             raise ValueError(f"{version}: config {config} is not instantiated for {dn}; "
-                             f"choose one of {table[dn] + extra[dn]}")
-        if raw_capacity(dtype, *config) < cols:
-            raise ValueError(f"{version}: config {config} holds at most {raw_capacity(dtype, *config)} "
+                             f"choose one of {raw_configs(version, dtype)}")
+        if capacity(version, dtype, config) < cols:
+            raise ValueError(f"{version}: config {config} holds at most {capacity(version, dtype, config)} "
                              f"elements per row, got cols={cols}")
         return config
-    for cfg in table[dn]:
-        if raw_capacity(dtype, *cfg) >= cols:
+    for cfg in table:
+        if capacity(version, dtype, cfg) >= cols:
             return cfg
-    raise ValueError(f"{version} holds at most {raw_capacity(dtype, *table[dn][-1])} {dn} elements per row, "
+    raise ValueError(f"{version} holds at most {capacity(version, dtype, table[-1])} {dn} elements per row, "
                      f"got cols={cols}")
 
 
 def max_cols(version: str, dtype) -> int | None:
     """Longest row a version handles with its default configurations (None: any)."""
-    if version in ("v5_block_raw", "v6_cluster_raw"):
-        table = V5_DEFAULT if version == "v5_block_raw" else V6_DEFAULT
-        return raw_capacity(dtype, *table[dtype_name(dtype)][-1])
+    if version in RAW_TABLES:
+        return capacity(version, dtype, RAW_TABLES[version][0][dtype_name(dtype)][-1])
     return {"v2_warp_row": 32 * vec(dtype) * V2_NC[-1], "v3_block_row": V3_THREADS[-1] * V3_ELEMS,
             "v4_cluster_row": V4_CLUSTERS[-1] * V4_THREADS * V4_ELEMS[-1]}.get(version)
 
 
 def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = None) -> list[Launch]:
     """The launches of ``version`` for a rows x cols input (pure function, tested on the CPU).
-    ``config`` picks a non-default instance of v5/v6 (see :func:`raw_config`)."""
-    if config is not None and version not in ("v5_block_raw", "v6_cluster_raw"):
+    ``config`` picks a non-default instance of v5/v6/v7 (see :func:`raw_config`)."""
+    if config is not None and version not in RAW_TABLES:
         raise ValueError(f"{version} takes no config, got {config}")
+    if version == "v7_warp_raw":
+        nc, rows_per_block, min_blocks = raw_config(version, cols, dtype, config)
+        return [Launch(kname("softmax_v7_warp_raw", dtype, nc, rows_per_block, min_blocks),
+                       (ceil_div(rows, rows_per_block), 1, 1), (32 * rows_per_block, 1, 1))]
     if version == "v5_block_raw":
         nc, t = raw_config(version, cols, dtype, config)
         return [Launch(kname("softmax_v5_block_raw", dtype, nc, t), (rows, 1, 1), (t, 1, 1))]
@@ -257,16 +286,15 @@ def name_expressions() -> tuple[str, ...]:
         names += [kname("softmax_v3_block_row", dt, V3_ELEMS // v, t) for t in V3_THREADS]
         names += [kname("softmax_v4_cluster_row", dt, V4_ELEMS[0] // v, cl) for cl in V4_CLUSTERS]
         names.append(kname("softmax_v4_cluster_row", dt, V4_ELEMS[-1] // v, V4_CLUSTERS[-1]))
-        dn = dtype_name(dt)
-        names += [kname("softmax_v5_block_raw", dt, *c) for c in V5_DEFAULT[dn] + V5_EXTRA[dn]]
-        names += [kname("softmax_v6_cluster_raw", dt, *c) for c in V6_DEFAULT[dn] + V6_EXTRA[dn]]
+        for version in RAW_TABLES:
+            names += [kname("softmax_" + version, dt, *c) for c in raw_configs(version, dt)]
     return tuple(names)
 
 
 # --- the kernels' work split and the (m, l) algebra, mirrored in NumPy (tested on the CPU) -----------
 
 def thread_elements(version: str, cols: int, dtype) -> np.ndarray:
-    """[threads per row, elements per thread] column indices each thread of v2/v3/v4 holds (-1: none).
+    """[threads per row, elements per thread] column indices each thread of v2-v7 holds (-1: none).
 
     Mirrors softmax_thread_state: thread t holds chunks first + j * stride (j < NC), chunk c holding
     elements c * VEC .. c * VEC + VEC - 1.
@@ -274,6 +302,8 @@ def thread_elements(version: str, cols: int, dtype) -> np.ndarray:
     v = vec(dtype)
     if version == "v2_warp_row":
         nc, threads, firsts, stride = v2_chunks(cols, dtype), 32, np.arange(32), 32
+    elif version == "v7_warp_raw":
+        nc, threads, firsts, stride = raw_config(version, cols, dtype)[0], 32, np.arange(32), 32
     elif version == "v3_block_row":
         t = v3_threads(cols)
         nc, threads, firsts, stride = V3_ELEMS // v, t, np.arange(t), t
@@ -359,6 +389,35 @@ def _validate(x, y, version: str, config: tuple | None = None):
     return rows, cols, launches
 
 
+def block_row_bytes(ln: Launch, cols: int, dtype) -> int:
+    """Bytes of input rows one block of ``ln`` holds until it writes: a warp version's rows per block,
+    a block's row, or a cluster block's slice. Times resident blocks per SM: the bytes an SM keeps
+    in flight, the quantity that decided the first tuning run."""
+    rows_per_block = ln.block[0] // 32 if ln.kernel.startswith(("softmax_v2", "softmax_v7")) else 1
+    return rows_per_block * ceil_div(cols, cluster_size(ln)) * np.dtype(dtype).itemsize
+
+
+_WARP_VERSIONS = ("v2_warp_row", "v7_warp_raw")        # kernels that take (x, y, rows, cols)
+_NON_PORTABLE = {}                                      # kernel name -> the function object set up
+
+
+def cluster_size(ln: Launch) -> int:
+    """Blocks per cluster of a launch (1 for the versions without clusters)."""
+    return ln.grid[0] if "cluster" in ln.kernel else 1
+
+
+def _function(ln: Launch):
+    """The kernel of a launch. A cluster larger than the portable 8 (v6 with CL = 16) only launches
+    once the function allows non-portable cluster sizes (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_
+    ALLOWED = 14); the attribute is set once per loaded function."""
+    fn = SOURCE.function(ln.kernel)
+    if cluster_size(ln) > PORTABLE_CLUSTER and _NON_PORTABLE.get(ln.kernel) is not fn:
+        import cupy
+        cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, 14, 1)
+        _NON_PORTABLE[ln.kernel] = fn
+    return fn
+
+
 def _launcher(version: str):
     def launch(x, y):
         rows, cols, launches = _validate(x, y, version)
@@ -371,12 +430,12 @@ def _launcher(version: str):
             k_max(launches[0].grid, launches[0].block, (x, m, c))
             k_sum(launches[1].grid, launches[1].block, (x, m, l, c))
             k_norm(launches[2].grid, launches[2].block, (x, m, l, y, c))
-        elif version == "v2_warp_row":
+        elif version in _WARP_VERSIONS:
             (ln,) = launches
-            SOURCE.function(ln.kernel)(ln.grid, ln.block, (x, y, np.int32(rows), c))
+            _function(ln)(ln.grid, ln.block, (x, y, np.int32(rows), c))
         else:
             (ln,) = launches
-            SOURCE.function(ln.kernel)(ln.grid, ln.block, (x, y, c))
+            _function(ln)(ln.grid, ln.block, (x, y, c))
         return y
     launch.__name__ = f"launch_softmax_{version}"
     launch.__doc__ = f"Launch softmax {version}: y (rows x cols) = softmax(x) over the last dim."
@@ -400,8 +459,8 @@ def bind(version: str, x, y, config: tuple | None = None):
                 k(g, b, a)
         return run
     (ln,) = launches
-    k = SOURCE.function(ln.kernel)
-    args = (x, y, np.int32(rows), c) if version == "v2_warp_row" else (x, y, c)
+    k = _function(ln)
+    args = (x, y, np.int32(rows), c) if version in _WARP_VERSIONS else (x, y, c)
     return lambda: k(ln.grid, ln.block, args)
 
 
@@ -419,7 +478,9 @@ VERSIONS = registry(
     Version("softmax_v5_block_raw", "v5_block_raw", _launcher("v5_block_raw"),
             "v3 with raw 16-byte chunks in registers (bf16: twice the bytes per register), tunable block"),
     Version("softmax_v6_cluster_raw", "v6_cluster_raw", _launcher("v6_cluster_raw"),
-            "v4 with raw chunks and 256-512-thread blocks: several clusters per SM overlap their barriers"),
+            "v4 with raw chunks and 128-512-thread blocks: several clusters per SM overlap their barriers"),
+    Version("softmax_v7_warp_raw", "v7_warp_raw", _launcher("v7_warp_raw"),
+            "v2 with raw chunks and a register cap: every short bf16 row of a small input in flight at once"),
 )
 
 

@@ -55,6 +55,12 @@ def test_plan_picks_the_one_read_version_that_fits(rows, cols, dtype):
     expected = {1024: "v2_warp_row", 4096: mid, 16384: mid,
                 65536: "v6_cluster_raw", 262144: "v6_cluster_raw"}[cols]
     assert v == expected
+    # the raw versions' default instances are the first tuning run's winners at these widths
+    winners = {("bfloat16", 4096): (4, 128), ("bfloat16", 16384): (8, 256),
+               ("float32", 65536): (8, 512, 4), ("float32", 262144): (16, 512, 8),
+               ("bfloat16", 65536): (4, 256, 8), ("bfloat16", 262144): (8, 512, 8)}
+    if (np.dtype(dtype).name, cols) in winners:
+        assert S.raw_config(v, cols, dtype) == winners[np.dtype(dtype).name, cols]
     (ln,) = S.geometry(v, rows, cols, dtype)
     assert ln.kernel in S.name_expressions()
     threads = ln.block[0]
@@ -90,7 +96,8 @@ def test_every_geometry_is_an_instantiated_template(cols, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cols", [1, 7, 33, 1000, 1024, 2048, 4097, 16384, 20000, 65536, 262144])
 def test_register_versions_hold_every_element_exactly_once(cols, dtype):
-    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw"):
+    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw",
+                  "v7_warp_raw"):
         if not S.supports(label, cols, dtype):
             continue
         idx = S.thread_elements(label, cols, dtype)
@@ -111,7 +118,7 @@ def test_v2_warp_accesses_are_contiguous_per_instruction():
 
 
 @pytest.mark.parametrize("label", ["v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw",
-                                   "v6_cluster_raw"])
+                                   "v6_cluster_raw", "v7_warp_raw"])
 @pytest.mark.parametrize("shape", [(3, 7), (2, 33), (2, 1000), (1, 1), (2, 4097)])
 def test_simulated_algorithm_matches_the_reference(label, shape, rng):
     if not S.supports(label, shape[1], np.float32):
@@ -126,7 +133,8 @@ def test_simulated_algorithm_on_masked_rows_and_large_logits():
     x[1, :] = -np.inf
     x[1, 65] = 2.0                                       # one survivor, held by a late thread
     x[2] = np.linspace(-1e4, 1e4, 70).astype(np.float32)   # large logits
-    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw"):
+    for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw",
+                  "v7_warp_raw"):
         y = S.simulate(label, x)
         assert np.all(np.isnan(y[0]))
         assert y[1, 65] == 1.0 and np.all(np.delete(y[1], 65) == 0)
@@ -193,25 +201,47 @@ def test_bind_validates_like_the_launchers():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_raw_config_is_instantiated_and_holds_its_rows(dtype):
-    dn = np.dtype(dtype).name
     names = S.name_expressions()
-    for version, table, extra in (("v5_block_raw", S.V5_DEFAULT, S.V5_EXTRA),
-                                  ("v6_cluster_raw", S.V6_DEFAULT, S.V6_EXTRA)):
-        caps = [S.raw_capacity(dtype, *c) for c in table[dn]]
+    for version, (table, _) in S.RAW_TABLES.items():
+        caps = [S.capacity(version, dtype, c) for c in table[np.dtype(dtype).name]]
         assert caps == sorted(caps), f"{version} defaults must grow in capacity"
-        for cfg in table[dn] + extra[dn]:
-            cap = S.raw_capacity(dtype, *cfg)
+        for cfg in S.raw_configs(version, dtype):
+            cap = S.capacity(version, dtype, cfg)
             for cols in (1, cap - 1, cap):
                 (ln,) = S.geometry(version, 3, cols, dtype, cfg)
-                assert ln.kernel in names and ln.block == (cfg[1], 1, 1)
+                assert ln.kernel in names
                 if version == "v6_cluster_raw":
-                    assert ln.grid == (cfg[2], 3, 1)
+                    assert ln.grid == (cfg[2], 3, 1) and ln.block == (cfg[1], 1, 1)
+                    assert S.cluster_size(ln) == cfg[2]
+                elif version == "v7_warp_raw":
+                    assert ln.block == (32 * cfg[1], 1, 1) and ln.grid == (1, 1, 1)
+                    assert S.cluster_size(ln) == 1
+                else:
+                    assert ln.block == (cfg[1], 1, 1)
             with pytest.raises(ValueError, match="holds at most"):
                 S.geometry(version, 3, cap + 1, dtype, cfg)
     with pytest.raises(ValueError, match="not instantiated"):
         S.geometry("v5_block_raw", 3, 100, dtype, (3, 96))
     with pytest.raises(ValueError, match="takes no config"):
         S.geometry("v3_block_row", 3, 100, dtype, (4, 256))
+
+
+def test_raw_registers_fit_the_occupancy_they_are_tuned_for():
+    # v7 bf16 (4, 8, 8) must fit 8 blocks of 256 threads (64 rows per SM: all of 8192 x 1024 at once); the
+    # 128-thread v6 blocks of 16 chunks 5 blocks (160 KiB of row per SM); the 16-block fp32 cluster 2
+    from kernels.simt import occupancy_estimate
+    from utils.build import compile_source
+    comp = compile_source(S.SOURCE)
+
+    def resident(version, dtype, cfg, cols):
+        (ln,) = S.geometry(version, 8192, cols, dtype, cfg)
+        blocks = occupancy_estimate(comp.report[comp.symbols[ln.kernel]]["registers"], ln.block[0])
+        return blocks, blocks * S.block_row_bytes(ln, cols, dtype)
+
+    assert resident("v7_warp_raw", BF16, (4, 8, 8), 1024) == (8, 8 * 8 * 2048)
+    assert resident("v6_cluster_raw", BF16, (16, 128, 4), 65536) == (5, 160 * 1024)
+    assert resident("v6_cluster_raw", np.float32, (16, 128, 8), 65536) == (5, 160 * 1024)
+    assert resident("v6_cluster_raw", np.float32, (16, 256, 16), 262144) == (2, 128 * 1024)
 
 
 def test_plan_covers_every_row_length_with_a_supporting_version():

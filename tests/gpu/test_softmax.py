@@ -106,24 +106,25 @@ def test_launchers_reject_bad_arguments():
         S.VERSIONS["v1_online"].launch(x[:, ::2], cupy.empty((8, 32), cupy.float32))
 
 
-def _raw_configs(dt):
+def _raw_configs(dt, non_portable=False):
+    """Every v5/v6/v7 instance, without (default) or only (non_portable=True) the clusters above 8."""
     from kernels import softmax as S
-    dn = np.dtype(dt).name
-    return ([("v5_block_raw", c) for c in S.V5_DEFAULT[dn] + S.V5_EXTRA[dn]]
-            + [("v6_cluster_raw", c) for c in S.V6_DEFAULT[dn] + S.V6_EXTRA[dn]])
+    return [(version, c) for version in S.RAW_TABLES for c in S.raw_configs(version, dt)
+            if (version == "v6_cluster_raw" and c[2] > S.PORTABLE_CLUSTER) == non_portable]
 
 
 @pytest.mark.parametrize("rows", [1, 37, 199])
 def test_every_raw_instance_on_odd_rows_and_widths(rows):
-    # every v5/v6 template instance (the tuning script's candidates too): its full capacity, one element
-    # short of a 16-byte chunk (the scalar path), and a width that leaves later blocks of a cluster empty
+    # every v5/v6/v7 template instance up to clusters of 8 (the tuning script's candidates too): its full
+    # capacity, one element short of a 16-byte chunk (the scalar path), and a width that leaves later
+    # blocks of a cluster empty
     import cupy
     from kernels import softmax as S
     from utils.check import assert_close, poisoned
     for dt in _dtypes():
         dn = np.dtype(dt).name
         for version, cfg in _raw_configs(dt):
-            cap = S.raw_capacity(dt, *cfg)
+            cap = S.capacity(version, dt, cfg)
             for cols in {cap, cap - 1, max(1, cap // 3 + 5)}:
                 r = rows if cap <= 65536 else min(rows, 3)      # keep the long rows' test small
                 x = S.random_input((r, cols), dt, scale=3.0)
@@ -140,7 +141,7 @@ def test_raw_instances_on_masked_rows_and_large_logits():
     for dt in _dtypes():
         dn = np.dtype(dt).name
         for version, cfg in _raw_configs(dt):
-            cols = S.raw_capacity(dt, *cfg) - 3
+            cols = S.capacity(version, dt, cfg) - 3
             x32 = cupy.random.standard_normal((4, cols), dtype=cupy.float32) * 1e4
             x32[0] = -cupy.inf
             x32[1] = -cupy.inf
@@ -163,3 +164,30 @@ def test_dispatcher_on_every_targets_width():
             x = S.random_input(shape, dt, scale=2.0)
             y = S.softmax(x, out=poisoned(shape, dt))
             assert_close(y, S.reference(x), dtype=np.dtype(dt).name, name=f"dispatch {S.plan(*shape, dt)} {shape}")
+
+
+def test_non_portable_clusters_of_16():
+    # v6 with 16 blocks per cluster: compiled with __cluster_dims__(16, 1, 1) and launched by CuPy's plain
+    # cuLaunchKernel after the launcher sets CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED. Whether a
+    # GPC can host 16 blocks is a property of the device (a MIG slice may not): a refusal by the driver
+    # skips with its message; any wrong output fails.
+    import cupy
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    for dt in _dtypes():
+        dn = np.dtype(dt).name
+        for version, cfg in _raw_configs(dt, non_portable=True):
+            cap = S.capacity(version, dt, cfg)
+            for cols in (cap, cap - 1, cap // 3 + 5):
+                x32 = cupy.random.standard_normal((3, cols), dtype=cupy.float32) * 3
+                x32[1] = -cupy.inf                              # fully masked: NaN, as torch
+                x = x32 if dt == np.float32 else x32.astype(dt)
+                y = poisoned((3, cols), dt)
+                try:
+                    S.bind(version, x, y, cfg)()
+                    cupy.cuda.Device().synchronize()
+                except cupy.cuda.driver.CUDADriverError as exc:
+                    pytest.skip(f"{version}{cfg}: the driver refuses a cluster of {cfg[2]}: {exc}")
+                name = f"{version}{cfg} {dn} cols={cols}"
+                assert bool(cupy.isnan(y[1].astype(cupy.float32)).all()), f"{name}: fully masked row must be NaN"
+                assert_close(y[0::2], S.reference(x)[0::2], dtype=dn, name=name)
