@@ -16,6 +16,8 @@
 //   w4a16_gemv_v1_magic     v0 with the magic-number conversion and bf16x2 math (4 products per fp32 add)
 //   w4a16_gemv_v2_pipelined v1's arithmetic; weights, x, scales, zeros streamed by a STAGES-deep cp.async
 //                           pipeline through smem; BN columns x a K split per CTA, deterministic split-K
+//   w4a16_gemv_v3_ring      v1's layout and arithmetic; each thread streams its own rows through a private
+//                           cp.async ring in smem (no barrier, no loads for ptxas to sink), ROWS x STAGES
 // W4A16 tensor-core GEMM (Marlin-style, batch 1..64): weights shuffled offline into mma B-fragment order
 // (qmma int32 [N/16, K/64, 32 lanes, 4]), GPTQ qzeros, bf16 scales; A [M, K] bf16, C [M, N] bf16:
 //   w4a16_mma_m16 / _m32    each lane dequantizes one int32 straight into the B fragments of two
@@ -23,7 +25,8 @@
 //                           next chunk's weights prefetched into registers; partial sums meet in smem
 //   w4a16_marlin<MT,NTW,ST> the same fragments, Marlin's structure: one group per stage through a cp.async
 //                           pipeline (weights, A, scales, zeros), A by ldmatrix from XOR-swizzled smem,
-//                           all M rows per CTA (MT m16 tiles), split-K across CTAs (last CTA sums)
+//                           all M rows per CTA (MT m16 tiles), split-K across CTAs (last CTA sums); each thread's
+//                           copies of a stage are worked out once (MarlinCopies), not per stage
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -300,6 +303,14 @@ __device__ __forceinline__ void gemv_reduce_store(float (&acc)[4], __nv_bfloat16
     }
 }
 
+// acc[c] += gacc[c] * s[c] for the 4 columns of a lane: one group's sum, scaled once (sv = 4 bf16 scales).
+__device__ __forceinline__ void gemv_apply_scales(const float (&gacc)[4], uint2 sv, float (&acc)[4]) {
+    acc[0] = fmaf(gacc[0], bf16_lo(sv.x), acc[0]);
+    acc[1] = fmaf(gacc[1], bf16_hi(sv.x), acc[1]);
+    acc[2] = fmaf(gacc[2], bf16_lo(sv.y), acc[2]);
+    acc[3] = fmaf(gacc[3], bf16_hi(sv.y), acc[3]);
+}
+
 // [[snippet: w4a16_gemv_v0]]
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v0_naive(
     const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
@@ -338,10 +349,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v0_naiv
                             gacc[c] = fmaf(float((wc[c] >> (4 * i)) & 0xfu) - z[c], xf[i], gacc[c]);
                 }
             }
-            acc[0] = fmaf(gacc[0], bf16_lo(sv.x), acc[0]);
-            acc[1] = fmaf(gacc[1], bf16_hi(sv.x), acc[1]);
-            acc[2] = fmaf(gacc[2], bf16_lo(sv.y), acc[2]);
-            acc[3] = fmaf(gacc[3], bf16_hi(sv.y), acc[3]);
+            gemv_apply_scales(gacc, sv, acc);
         }
     }
     gemv_reduce_store(acc, out, N);
@@ -402,10 +410,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magi
                 for (int r = 0; r < 8; ++r)
                     gemv_dot_row(wv[r], __ldg(reinterpret_cast<const uint4*>(x) + r0 + r), zb, gacc);
             }
-            acc[0] = fmaf(gacc[0], bf16_lo(sv.x), acc[0]);
-            acc[1] = fmaf(gacc[1], bf16_hi(sv.x), acc[1]);
-            acc[2] = fmaf(gacc[2], bf16_lo(sv.y), acc[2]);
-            acc[3] = fmaf(gacc[3], bf16_hi(sv.y), acc[3]);
+            gemv_apply_scales(gacc, sv, acc);
         }
     }
     gemv_reduce_store(acc, out, N);
@@ -623,11 +628,12 @@ __device__ __forceinline__ void gemv_load_stage(unsigned char* st, int g, int n0
         const int c = t - S::X_BYTES / 16, col = n0 + 8 * c;     // 8 scales per 16 bytes
         const bool ok = col < N;
         cp_async16(st + S::W_BYTES + S::X_BYTES + 16 * c, scales + (size_t)g * N + (ok ? col : 0), ok ? 16 : 0);
-    } else if (t < S::X_BYTES / 16 + S::S_BYTES / 16 + (S::Z_BYTES + 15) / 16) {
-        const int c = t - S::X_BYTES / 16 - S::S_BYTES / 16, word = n0 / 8 + 4 * c;   // 4 words per 16 bytes
-        const int valid = max(0, min(4, N / 8 - word));
-        cp_async16(st + S::W_BYTES + S::X_BYTES + S::S_BYTES + 16 * c,
-                   qzeros + (size_t)g * (N / 8) + (valid ? word : 0), 4 * valid);
+    } else if (t < S::X_BYTES / 16 + S::S_BYTES / 16 + S::Z_BYTES / 4) {
+        // one word per thread: a qzeros row (N/8 words) starts 16-byte aligned only when N % 32 == 0
+        const int c = t - S::X_BYTES / 16 - S::S_BYTES / 16, word = n0 / 8 + c;
+        const bool ok = word < N / 8;
+        cp_async4(st + S::W_BYTES + S::X_BYTES + S::S_BYTES + 4 * c, qzeros + (size_t)g * (N / 8) + (ok ? word : 0),
+                  ok ? 4 : 0);
     }
 }
 
@@ -683,10 +689,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) w4a16_gemv_v2_pipelined(
             const int row = rb + r * ROW_THREADS;                 // qweight row within the group
             gemv_dot_row(sw[row * S::QUADS + quad], sx[row], zb, gacc);
         }
-        acc[0] = fmaf(gacc[0], bf16_lo(sv.x), acc[0]);
-        acc[1] = fmaf(gacc[1], bf16_hi(sv.x), acc[1]);
-        acc[2] = fmaf(gacc[2], bf16_lo(sv.y), acc[2]);
-        acc[3] = fmaf(gacc[3], bf16_hi(sv.y), acc[3]);
+        gemv_apply_scales(gacc, sv, acc);
     }
     cp_async_wait<0>();
     __syncthreads();                                             // stage memory is free: reuse it
@@ -710,6 +713,95 @@ __global__ void __launch_bounds__(GEMV_THREADS) w4a16_gemv_v2_pipelined(
         for (int s = 0; s < splits; ++s) total += __ldcg(ws + (size_t)s * N + col);
         out[col] = __float2bfloat16_rn(total);
     }
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// W4A16 GEMV v3: v1's thread layout and arithmetic (8 column lanes x 32 K-slices, 32 columns and all K
+// per CTA), but every thread streams its OWN weight rows through a private cp.async ring in smem.
+// Why: v1's SASS shows ptxas issuing only ~4 of a thread's 8 weight loads before the first use (it
+// sinks the rest next to their uses), so ~64 B per thread = ~32 KB per SM are in flight; v2's shared
+// stages need a __syncthreads per group, so every warp waits for the slowest of the CTA's ~600 copies.
+// Here the copies have no register destination that ptxas could sink, and a thread only ever reads
+// the slots it filled itself, so cp.async.wait_group alone orders it: no barrier in the main loop.
+// Stage = ROWS qweight rows (ROWS * 16 B per thread); STAGES - 1 stages stay in flight per thread,
+// (STAGES - 1) * ROWS * 16 B * 512 threads per SM (ROWS = 8, STAGES = 3: 128 KB per SM).
+// smem: ring [STAGES][ROWS][256 threads] uint4 (a warp reads 512 contiguous bytes: conflict-free),
+// side [STAGES][256] uint4 = (4 scales, zero word) of the group, copied with the group's first stage.
+// Requires K % 128 == 0 and N % 8 == 0 (as v1).
+// ---------------------------------------------------------------------------------------------------
+template <int ROWS>
+__device__ __forceinline__ void gemv_v3_issue(uint4* slot, uint4* side, int r0, bool first_of_group, int g, int n,
+                                              int N, const uint4* __restrict__ qweight,
+                                              const unsigned* __restrict__ qzeros,
+                                              const __nv_bfloat16* __restrict__ scales) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+        cp_async16(slot + r * GEMV_THREADS, qweight + (size_t)(r0 + r) * (N / 4) + (n >> 2));
+    if (first_of_group) {
+        cp_async8(side, scales + (size_t)g * N + n);                               // s[g, n .. n+3]
+        cp_async4(reinterpret_cast<unsigned*>(side) + 2, qzeros + (size_t)g * (N / 8) + (n >> 3));   // z word
+    }
+}
+
+// [[snippet: w4a16_gemv_v3]]
+template <int ROWS, int STAGES>
+__global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v3_ring(
+    const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ x,        // [K]
+    __nv_bfloat16* __restrict__ out,            // [N]
+    int K, int N) {
+    constexpr int PER_GROUP = ROWS_PER_GROUP / ROWS;             // stages per group of 128 k
+    static_assert(ROWS_PER_GROUP % ROWS == 0, "ROWS must divide 16");
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint4* ring = reinterpret_cast<uint4*>(smem) + threadIdx.x;                      // [STAGES][ROWS][256]
+    uint4* side = reinterpret_cast<uint4*>(smem) + STAGES * ROWS * GEMV_THREADS + threadIdx.x;   // [STAGES][256]
+    const int lane_c = threadIdx.x & 7, ks = threadIdx.x >> 3;
+    const int n = blockIdx.x * GEMV_COLS + lane_c * 4;           // this thread's columns n .. n+3
+    const int groups = K / GROUP;
+    const int my_groups = n < N ? (groups - ks + GEMV_KSLICES - 1) / GEMV_KSLICES : 0;   // groups ks, ks+32, ...
+    const int n_stages = my_groups * PER_GROUP;
+    auto issue = [&](int st) {                                   // stage st -> slot st % STAGES
+        if (st < n_stages) {
+            const int g = ks + (st / PER_GROUP) * GEMV_KSLICES, h = st % PER_GROUP;
+            gemv_v3_issue<ROWS>(ring + (st % STAGES) * ROWS * GEMV_THREADS, side + (st % STAGES) * GEMV_THREADS,
+                                g * ROWS_PER_GROUP + h * ROWS, h == 0, g, n, N, qweight, qzeros, scales);
+        }
+        cp_async_commit();                                       // empty groups keep the count uniform
+    };
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) issue(st);
+
+    float acc[4] = {0.f, 0.f, 0.f, 0.f}, gacc[4] = {0.f, 0.f, 0.f, 0.f};
+    __nv_bfloat162 zb[4];
+    uint2 sv = make_uint2(0u, 0u);
+    for (int st = 0; st < n_stages; ++st) {
+        issue(st + STAGES - 1);                                  // refill the slot consumed last iteration
+        cp_async_wait<STAGES - 1>();                             // this thread's stage st has landed
+        const int g = ks + (st / PER_GROUP) * GEMV_KSLICES, h = st % PER_GROUP;
+        const uint4* slot = ring + (st % STAGES) * ROWS * GEMV_THREADS;
+        if (h == 0) {
+            const uint4 sd = side[(st % STAGES) * GEMV_THREADS];
+            sv = make_uint2(sd.x, sd.y);
+            const unsigned zw = sd.z >> ((n & 7) * 4);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                zb[c] = u32_as_bf162(bf16x2_biased_zero((zw >> (4 * c)) & 0xfu));
+                gacc[c] = 0.f;
+            }
+        }
+        const int r0 = g * ROWS_PER_GROUP + h * ROWS;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+            gemv_dot_row(slot[r * GEMV_THREADS], __ldg(reinterpret_cast<const uint4*>(x) + r0 + r), zb, gacc);
+        if (h == PER_GROUP - 1) {
+            gemv_apply_scales(gacc, sv, acc);
+        }
+    }
+    cp_async_wait<0>();                                          // only empty groups remain; leave none behind
+    gemv_reduce_store(acc, out, N);
 }
 // [[/snippet]]
 
@@ -738,37 +830,70 @@ struct MarlinStage {
     static constexpr int BYTES = W_BYTES + A_BYTES + S_BYTES + Z_BYTES;
 };
 
+// One thread's share of every stage, worked out once: which 16-byte pieces of W and A (and which scale
+// chunk or zero word) it copies, and where they land. A stage of group g then costs each thread
+// 2 NTW + MT + 1 cp.async at fixed offsets plus g times a stride. Run 1's version recomputed tile,
+// row, chunk, swizzle and bounds for every copy of every stage inside generic loops: ~600 SASS
+// instructions per warp per stage against ~40 for the 16 mma, which made the kernel issue-bound.
+// [[snippet: marlin_copies]]
 template <int MT, int NTW>
-__device__ __forceinline__ void marlin_load_stage(unsigned char* st, int g, int nt0, int M, int K, int N,
-                                                  const uint4* __restrict__ qmma, const unsigned* __restrict__ qzeros,
-                                                  const __nv_bfloat16* __restrict__ scales,
-                                                  const __nv_bfloat16* __restrict__ A) {
+struct MarlinCopies {
     using S = MarlinStage<MT, NTW>;
-    const int ntiles = N / 16, kchunks = K / 64;
-    uint4* sw = reinterpret_cast<uint4*>(st);
-    for (int i = threadIdx.x; i < S::NT_CTA * 64; i += 256) {    // 1 KB contiguous per n16 tile
-        const int tile = nt0 + i / 64;
-        const bool ok = tile < ntiles;
-        cp_async16(sw + i, qmma + ((size_t)(ok ? tile : 0) * kchunks + 2 * g) * 32 + i % 64, ok ? 16 : 0);
+    static constexpr int NW = S::NT_CTA * 64 / 256;             // W uint4 per thread: 2 NTW
+    static constexpr int NA = 16 * MT * 16 / 256;                // A 16-byte chunks per thread: MT
+    int w_src[NW];                                               // uint4 index into qmma at group 0
+    bool w_ok[NW];
+    int a_src[NA], a_dst[NA];                                    // element index into A at group 0, smem byte
+    bool a_ok[NA];
+    int side_src, side_dst;                                      // scales element / qzeros word at group 0
+    int side_kind;                                               // 0 none, 1 eight scales, 2 one zero word
+
+    __device__ __forceinline__ MarlinCopies(int nt0, int M, int K, int N) {
+        const int ntiles = N / 16, kchunks = K / 64;
+#pragma unroll
+        for (int j = 0; j < NW; ++j) {                           // 1 KB contiguous per n16 tile and group
+            const int i = threadIdx.x + 256 * j, tile = nt0 + i / 64;
+            w_ok[j] = tile < ntiles;
+            w_src[j] = (w_ok[j] ? tile : 0) * kchunks * 32 + i % 64;
+        }
+#pragma unroll
+        for (int j = 0; j < NA; ++j) {                           // row r, 16-byte chunk c (8 k), XOR-swizzled
+            const int i = threadIdx.x + 256 * j, r = i / 16, c = i % 16;
+            a_ok[j] = r < M;
+            a_src[j] = (a_ok[j] ? r : 0) * K + 8 * c;
+            a_dst[j] = S::W_BYTES + r * 256 + ((c ^ (r & 7)) * 16);
+        }
+        const int t = threadIdx.x;
+        side_kind = 0;
+        side_src = side_dst = 0;
+        if (t < S::S_BYTES / 16) {                               // 8 scales per 16 bytes
+            const int col = nt0 * 16 + 8 * t;
+            side_kind = col < N ? 1 : 3;                         // 3: past N, zero fill
+            side_src = col < N ? col : 0;
+            side_dst = S::W_BYTES + S::A_BYTES + 16 * t;
+        } else if (t < S::S_BYTES / 16 + S::Z_BYTES / 4) {       // one word per thread: qzeros rows are
+            const int c = t - S::S_BYTES / 16, word = nt0 * 2 + c;   // 16-byte aligned only if N % 32 == 0
+            side_kind = word < N / 8 ? 2 : 4;
+            side_src = word < N / 8 ? word : 0;
+            side_dst = S::W_BYTES + S::A_BYTES + S::S_BYTES + 4 * c;
+        }
     }
-    unsigned char* sa = st + S::W_BYTES;
-    for (int i = threadIdx.x; i < 16 * MT * 16; i += 256) {      // row r, 16-byte chunk c (8 k)
-        const int r = i / 16, c = i % 16;
-        const bool ok = r < M;
-        cp_async16(sa + r * 256 + ((c ^ (r & 7)) * 16), A + (size_t)(ok ? r : 0) * K + g * GROUP + 8 * c, ok ? 16 : 0);
+
+    __device__ __forceinline__ void issue(unsigned char* st, int g, int K, int N, const uint4* __restrict__ qmma,
+                                          const unsigned* __restrict__ qzeros, const __nv_bfloat16* __restrict__ scales,
+                                          const __nv_bfloat16* __restrict__ A) const {
+        uint4* sw = reinterpret_cast<uint4*>(st) + threadIdx.x;
+#pragma unroll
+        for (int j = 0; j < NW; ++j) cp_async16(sw + 256 * j, qmma + w_src[j] + g * 64, w_ok[j] ? 16 : 0);
+#pragma unroll
+        for (int j = 0; j < NA; ++j) cp_async16(st + a_dst[j], A + a_src[j] + g * GROUP, a_ok[j] ? 16 : 0);
+        if (side_kind == 1 || side_kind == 3)
+            cp_async16(st + side_dst, scales + (size_t)g * N + side_src, side_kind == 1 ? 16 : 0);
+        else if (side_kind != 0)
+            cp_async4(st + side_dst, qzeros + (size_t)g * (N / 8) + side_src, side_kind == 2 ? 4 : 0);
     }
-    const int t = threadIdx.x;
-    if (t < S::S_BYTES / 16) {
-        const int col = nt0 * 16 + 8 * t;
-        const bool ok = col < N;
-        cp_async16(st + S::W_BYTES + S::A_BYTES + 16 * t, scales + (size_t)g * N + (ok ? col : 0), ok ? 16 : 0);
-    } else if (t < S::S_BYTES / 16 + S::Z_BYTES / 16) {
-        const int c = t - S::S_BYTES / 16, word = nt0 * 2 + 4 * c;
-        const int valid = max(0, min(4, N / 8 - word));
-        cp_async16(st + S::W_BYTES + S::A_BYTES + S::S_BYTES + 16 * c,
-                   qzeros + (size_t)g * (N / 8) + (valid ? word : 0), 4 * valid);
-    }
-}
+};
+// [[/snippet]]
 
 // Visit the output pairs a lane owns: f(v0, v1, row * N + col) with the two accumulators of columns col,
 // col + 1, for rows mt*16 + g + 8p < M and columns col0 + 16 j + 8 h < N (col0 = the lane's first column:
@@ -808,10 +933,11 @@ __global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up t
     const int groups = K / GROUP;
     const int g_begin = (int)((long long)split * groups / splits);
     const int g_count = (int)((long long)(split + 1) * groups / splits) - g_begin;
+    const MarlinCopies<MT, NTW> copies(nt0, M, K, N);
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < g_count) marlin_load_stage<MT, NTW>(smem + s * S::BYTES, g_begin + s, nt0, M, K, N, qmma, qzeros, scales, A);
+        if (s < g_count) copies.issue(smem + s * S::BYTES, g_begin + s, K, N, qmma, qzeros, scales, A);
         cp_async_commit();
     }
     float acc[MT][NTW][2][4] = {};              // [m16 tile][owned n16 tile][n8 half][fragment], fp32
@@ -821,7 +947,7 @@ __global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up t
         __syncthreads();
         const int nxt = i + STAGES - 1;
         if (nxt < g_count)
-            marlin_load_stage<MT, NTW>(smem + (nxt % STAGES) * S::BYTES, g_begin + nxt, nt0, M, K, N, qmma, qzeros, scales, A);
+            copies.issue(smem + (nxt % STAGES) * S::BYTES, g_begin + nxt, K, N, qmma, qzeros, scales, A);
         cp_async_commit();
 
         const unsigned char* st = smem + (i % STAGES) * S::BYTES;

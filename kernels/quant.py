@@ -34,13 +34,17 @@ except ImportError:                   # pragma: no cover
 
 # Template instances (CTA tile and pipeline depth): the defaults below plus the variants the tuning
 # script compares. One NVRTC compile builds them all.
-GEMV_V2_CONFIGS = ((128, 4), (128, 8), (256, 4), (64, 8))                 # (BN columns, stages)
-MARLIN_CONFIGS = ((1, 1, 4), (1, 2, 4), (1, 1, 6), (1, 2, 3), (2, 1, 4), (2, 1, 6), (3, 1, 4), (4, 1, 4),
-                  (4, 1, 3))                                               # (m16 tiles, n16 tiles per warp, stages)
+GEMV_V2_CONFIGS = ((128, 4), (256, 4))                                   # (BN columns, stages)
+GEMV_V3_CONFIGS = ((8, 3), (4, 5))                                      # (rows per stage, stages)
+MARLIN_CONFIGS = ((1, 1, 4), (1, 2, 4), (2, 1, 4), (3, 1, 4), (4, 1, 4), (4, 1, 3))   # (m16 tiles, n16/warp, stages)
 
 
 def gemv_v2_name(bn: int, stages: int) -> str:
     return f"w4a16_gemv_v2_pipelined<{bn}, {stages}>"
+
+
+def gemv_v3_name(rows: int, stages: int) -> str:
+    return f"w4a16_gemv_v3_ring<{rows}, {stages}>"
 
 
 def marlin_name(mt: int, ntw: int, stages: int) -> str:
@@ -48,7 +52,8 @@ def marlin_name(mt: int, ntw: int, stages: int) -> str:
 
 
 SOURCE = KernelSource("quant.cu", name_expressions=tuple(
-    [gemv_v2_name(*c) for c in GEMV_V2_CONFIGS] + [marlin_name(*c) for c in MARLIN_CONFIGS]))
+    [gemv_v2_name(*c) for c in GEMV_V2_CONFIGS] + [gemv_v3_name(*c) for c in GEMV_V3_CONFIGS]
+    + [marlin_name(*c) for c in MARLIN_CONFIGS]))
 
 GROUP = 128
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)      # AutoAWQ: nibble i of a word holds column 8c + AWQ_ORDER[i]
@@ -475,6 +480,47 @@ def launch_gemv_v2(x, qweight, qzeros, scales, out, *, bn=None, stages=None, spl
     return out
 
 
+GEMV_V3_DEFAULT = (8, 3)                   # (rows per stage, stages)
+GEMV_V3_STATIC_SMEM = 32 * 33 * 4          # gemv_reduce_store's [32 K-slices][33] fp32
+
+
+def gemv_v3_smem_bytes(rows: int, stages: int) -> int:
+    """Dynamic smem of w4a16_gemv_v3_ring: the weight ring [stages][rows][256] uint4 and the (scales,
+    zero word) side ring [stages][256] uint4."""
+    return stages * (rows + 1) * THREADS * 16
+
+
+def gemv_v3_plan(K: int, N: int, rows: int | None = None, stages: int | None = None):
+    """(kernel name, grid, dynamic smem bytes) of w4a16_gemv_v3_ring for a 1 x K x N product."""
+    gemv_check_shapes(K, N)
+    rows, stages = rows or GEMV_V3_DEFAULT[0], stages or GEMV_V3_DEFAULT[1]
+    if (rows, stages) not in GEMV_V3_CONFIGS:
+        raise ValueError(f"w4a16_gemv_v3_ring: (rows, stages) = {(rows, stages)} is not instantiated; "
+                         f"choose one of {GEMV_V3_CONFIGS}")
+    return gemv_v3_name(rows, stages), gemv_grid(N), gemv_v3_smem_bytes(rows, stages)
+
+
+def gemv_v3_ctas_per_sm(rows: int, stages: int) -> int:
+    """CTAs per SM that shared memory allows (the kernel's launch bounds ask for 2)."""
+    return SMEM_PER_SM // (gemv_v3_smem_bytes(rows, stages) + GEMV_V3_STATIC_SMEM + SMEM_RESERVED_PER_CTA)
+
+
+def gemv_v3_bytes_in_flight_per_sm(rows: int, stages: int) -> int:
+    """Weight bytes each SM keeps in flight in the steady state: STAGES - 1 stages per thread."""
+    return (stages - 1) * rows * 16 * THREADS * min(2, gemv_v3_ctas_per_sm(rows, stages))
+
+
+def launch_gemv_v3(x, qweight, qzeros, scales, out, *, rows=None, stages=None):
+    """out (1, N) = x (1, K) @ dequant(GPTQ tensors), bf16, each thread streaming its own rows through a
+    private cp.async ring (w4a16_gemv_v3_ring)."""
+    K, N = _gemv_validate(x, qweight, qzeros, scales, out)
+    name, grid, smem = gemv_v3_plan(K, N, rows, stages)
+    _set_smem(SOURCE.function(name), smem)(grid, (THREADS, 1, 1),
+                                           (qweight, qzeros, scales, x, out, np.int32(K), np.int32(N)),
+                                           shared_mem=smem)
+    return out
+
+
 CONVERT_VERSIONS = registry(
     Version("int4_convert_v0_naive", "v0_naive", _convert_launcher("int4_convert_v0_naive", "bfloat16"),
             "shift, mask and integer-to-bf16 conversion per nibble (sequential order)"),
@@ -497,9 +543,11 @@ GEMV_VERSIONS = registry(
             "v0 with the magic-number conversion and bf16x2 products, fp32 sums every 4 products"),
     Version("w4a16_gemv_v2_pipelined", "v2_pipelined", launch_gemv_v2,
             "v1's arithmetic; a cp.async pipeline through smem keeps ~50 KB in flight per SM; split-K over CTAs"),
+    Version("w4a16_gemv_v3_ring", "v3_ring", launch_gemv_v3,
+            "v1's layout; each thread streams its own rows through a private cp.async ring, no barrier"),
 )
 
-BEST_GEMV = "v2_pipelined"
+BEST_GEMV = "v3_ring"
 
 
 # --- W4A16 tensor-core GEMM (Marlin-style) ---------------------------------------------------------
@@ -601,7 +649,7 @@ def gemv_reference(x, qweight, qzeros, scales):
 # --- W4A16 tensor-core GEMM v2: Marlin's structure ---------------------------------------------------
 
 MARLIN_MAX_M = 64
-MARLIN_DEFAULT = {1: (1, 4), 2: (1, 4), 3: (1, 4), 4: (1, 4)}     # m16 tiles -> (n16 tiles per warp, stages)
+MARLIN_DEFAULT = {1: (1, 4), 2: (1, 4), 3: (1, 4), 4: (1, 3)}     # m16 tiles -> (n16 tiles per warp, stages)
 
 
 def marlin_plan(M: int, K: int, N: int, ntw: int | None = None, stages: int | None = None,
@@ -647,6 +695,42 @@ GEMM_VERSIONS = registry(
             "one group per stage through a cp.async pipeline; A by ldmatrix from swizzled smem; split-K over CTAs"),
 )
 BEST_GEMM = "v2_marlin"
+
+
+# --- reading the SASS (utils.build.sass on a GPU host) ------------------------------------------------
+
+def _sass_ops(listing: str) -> list[str]:
+    """The opcodes of a cuobjdump/nvdisasm listing, in order (predicates and operands dropped)."""
+    import re
+    ops = []
+    for line in listing.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m:
+            ops.append(m.group(1))
+    return ops
+
+
+def sass_weight_loads_before_math(listing: str) -> int:
+    """16-byte evict-first loads (``LDG.E.EF.128``: the GEMV's ``__ldcs`` of qweight) issued before the
+    first bf16x2 instruction (``*.BF16_V2``): how many weight loads a thread really has in flight when it
+    starts to compute."""
+    n = 0
+    for op in _sass_ops(listing):
+        if "BF16_V2" in op:                  # (a bare HFMA2.MMA with RZ operands is a register move)
+            break
+        n += op.startswith("LDG.E.EF.128")
+    return n
+
+
+def sass_stage_instructions(listing: str) -> int:
+    """Instructions from the first ``BAR.SYNC`` to the last ``HMMA``: the body of w4a16_marlin's main loop,
+    i.e. what each warp issues per stage (one group of 128 k)."""
+    ops = _sass_ops(listing)
+    bars = [i for i, op in enumerate(ops) if op.startswith("BAR.SYNC")]
+    mmas = [i for i, op in enumerate(ops) if op.startswith("HMMA")]
+    if not bars or not mmas:
+        raise ValueError("expected a listing with a BAR.SYNC and HMMA instructions (w4a16_marlin)")
+    return mmas[-1] - bars[0] + 1
 
 
 def kernel_report() -> dict[str, dict]:

@@ -551,8 +551,31 @@ def test_split_planning_and_stage_sizes():
     with pytest.raises(ValueError, match="not instantiated"):
         Q.gemv_v2_plan(1024, 256, bn=32, stages=4)
     every = set(Q.SOURCE.name_expressions)
-    assert {Q.gemv_v2_name(*c) for c in Q.GEMV_V2_CONFIGS} | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS} == every
+    assert ({Q.gemv_v2_name(*c) for c in Q.GEMV_V2_CONFIGS} | {Q.gemv_v3_name(*c) for c in Q.GEMV_V3_CONFIGS}
+            | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS}) == every
     assert all((mt, *Q.MARLIN_DEFAULT[mt]) in Q.MARLIN_CONFIGS for mt in (1, 2, 3, 4))
+
+
+def test_gemv_v3_plan_fits_two_ctas_per_sm():
+    for rows, stages in Q.GEMV_V3_CONFIGS:
+        name, grid, smem = Q.gemv_v3_plan(8192, 8192, rows, stages)
+        assert name == Q.gemv_v3_name(rows, stages) and grid == (256, 1, 1)
+        assert smem == stages * (rows + 1) * 256 * 16
+        assert Q.gemv_v3_ctas_per_sm(rows, stages) == 2          # the launch bounds' occupancy
+        assert Q.gemv_v3_bytes_in_flight_per_sm(rows, stages) >= 128 * 1024
+    assert Q.gemv_v3_plan(1024, 1000)[0] == Q.gemv_v3_name(*Q.GEMV_V3_DEFAULT)
+    with pytest.raises(ValueError, match="not instantiated"):
+        Q.gemv_v3_plan(1024, 256, rows=16, stages=2)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        Q.gemv_v3_plan(1024, 1004)
+
+
+def test_qzeros_rows_need_word_sized_copies():
+    # the bug of the first GPU run: a qzeros row holds N/8 int32, so row g starts 16-byte aligned only
+    # when N % 32 == 0; the kernels now copy zero words 4 bytes at a time
+    misaligned = [N for N in (24, 272, 1000, 1040, 4104) if (N // 8 * 4) % 16]
+    assert misaligned == [24, 272, 1000, 1040, 4104]
+    assert (8192 // 8 * 4) % 16 == 0
 
 
 def test_marlin_launcher_rejects_bad_arguments():
@@ -607,10 +630,10 @@ def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits):
                     if col < N:
                         ss[8 * c:8 * c + 8] = sc[gi * N + col:gi * N + col + 8]
                 sz = np.zeros(BN // 8, np.uint32)
-                for c in range(BN // 32):
-                    word = nt0 * 2 + 4 * c
-                    valid = max(0, min(4, N // 8 - word))
-                    sz[4 * c:4 * c + valid] = qz[gi * (N // 8) + word:gi * (N // 8) + word + valid]
+                for c in range(BN // 8):                     # one 4-byte cp.async per word (rows are only
+                    word = nt0 * 2 + c                       # 4-byte aligned unless N % 32 == 0)
+                    if word < N // 8:
+                        sz[c] = qz[gi * (N // 8) + word]
                 for warp in range(8):
                     for ks in range(8):
                         half, kk = ks // 4, ks % 4
@@ -679,3 +702,26 @@ def test_marlin_index_arithmetic_port(rng, M, K, N, ntw, splits):
     got = _port_marlin(a, qmma, qzeros, s, M, K, N, -(-M // 16), ntw, splits)
     ref = a.astype(np.float64) @ Q.dequantize_int4(q, s.astype(np.float64), z).astype(np.float64)
     assert np.allclose(got, ref, rtol=1e-12, atol=1e-9)
+
+
+# --- SASS readers (the notebook applies them to utils.build.sass on a GPU host) ---------------------
+
+_SASS = """
+        /*0070*/                   HFMA2.MMA R15, -RZ, RZ, 0, 0 ;
+        /*03b0*/                   LDG.E.128.CONSTANT R36, desc[UR4][R36.64] ;
+        /*03d0*/                   LDG.E.EF.128 R40, desc[UR4][R28.64] ;
+        /*0410*/               @P0 LDG.E.EF.128 R48, desc[UR4][R52.64] ;
+        /*0790*/                   HFMA2.MMA.BF16_V2 R82, R82, 1, 1, -R55 ;
+        /*0880*/                   LDG.E.EF.128 R40, desc[UR4][R66.64] ;
+        /*5c50*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*78f0*/                   HMMA.16816.F32.BF16 R32, R20.reuse, R26, R32 ;
+        /*7900*/                   HMMA.16816.F32.BF16 R16, R20, R24, R16 ;
+        /*7910*/                   EXIT ;
+"""
+
+
+def test_sass_readers():
+    assert Q.sass_weight_loads_before_math(_SASS) == 2      # the register-move HFMA2.MMA does not count as math
+    assert Q.sass_stage_instructions(_SASS) == 3
+    with pytest.raises(ValueError, match="BAR.SYNC"):
+        Q.sass_stage_instructions("        /*0000*/   EXIT ;")

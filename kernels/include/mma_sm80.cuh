@@ -33,16 +33,30 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem_r
                  : "r"(smem_addr(smem_row)));
 }
 
+// The "memory" clobbers keep the compiler from moving shared-memory reads across a wait (RAW) or a
+// new copy into a slot across the reads of its previous contents (WAR): a kernel whose threads only
+// read the slots they filled themselves (w4a16_gemv_v3_ring) has no __syncthreads to do that for it.
 // cp.async (sm_80+): copy 16 bytes global -> shared without passing through registers; the copy
 // runs in the background until cp_async_wait. src_bytes < 16 reads only that many bytes and fills
 // the rest with zeros (0: a pure zero fill, src is not read but must still be a valid address).
 // .cg caches in L2 only: streamed weights are read once and should not evict anything from L1.
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes = 16) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes));
+                 :: "r"(smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+// 4-byte cp.async (.ca: the only cache mode the 4- and 8-byte sizes allow). For rows whose start is
+// only 4-byte aligned (qzeros rows of N/8 words): a 16-byte cp.async needs a 16-byte-aligned source,
+// and a misaligned one silently reads the wrong bytes.
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* gmem_src, int src_bytes = 4) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async8(void* smem_dst, const void* gmem_src, int src_bytes = 8) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n"
+                 :: "r"(smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
 }
 // Close the group of cp.async issued since the last commit (one pipeline stage).
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N committed groups are still in flight (the newest N may keep running).
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }

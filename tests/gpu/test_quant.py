@@ -142,6 +142,39 @@ def test_gemv_v2_variants_and_splits(K, N):
         Q.launch_gemv_v2(x, qweight, qzeros, s, poisoned((1, N), Q.BF16), splits=groups + 1)
 
 
+# v3: every (rows, stages) instance. K = 1152: 9 groups, so K-slices 9..31 own no group (empty ring);
+# 4224 = 33 groups: slice 0 owns two, the others one; 16384 = 128 groups: 4 per slice, the ring wraps
+# several times (8 or 16 stages through 3 or 5 slots). N = 40, 1000, 4104: partial 32-column blocks and
+# qzeros rows that are not 16-byte aligned.
+@pytest.mark.parametrize("K,N", [(128, 40), (1152, 1000), (4224, 4104), (16384, 264), (8192, 8192)])
+def test_gemv_v3_ring_variants(K, N):
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q, z, s = _int4_problem(K, N)
+    x = _bf16_normal((1, K))
+    qweight, qzeros = Q.pack_gptq(q, z)
+    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    for rows, stages in Q.GEMV_V3_CONFIGS:
+        out = poisoned((1, N), Q.BF16)
+        Q.launch_gemv_v3(x, qweight, qzeros, s, out, rows=rows, stages=stages)
+        assert_close(out, ref, dtype="bfloat16", name=f"gemv v3 rows={rows} stages={stages} K={K} N={N}")
+
+
+def test_gemv_v3_extreme_activations():
+    """Large and tiny x: the bf16x2 products and fp32 group sums keep both ends (as v1)."""
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    K, N = 2048, 512
+    q, z, s = _int4_problem(K, N)
+    qweight, qzeros = Q.pack_gptq(q, z)
+    for scale in (1e-5, 1e4):
+        x = (_bf16_normal((1, K)).astype(cupy.float32) * scale).astype(Q.BF16)
+        out = poisoned((1, N), Q.BF16)
+        Q.launch_gemv_v3(x, qweight, qzeros, s, out)
+        assert_close(out, Q.gemv_reference(x, qweight, qzeros, s), dtype="bfloat16", name=f"gemv v3 |x| ~ {scale}")
+
+
 def test_gemv_v2_is_deterministic_and_repeatable():
     """Split-K sums the partials in split order and leaves the counters at zero: bitwise the same output."""
     import cupy
