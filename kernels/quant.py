@@ -36,6 +36,8 @@ except ImportError:                   # pragma: no cover
 # script compares. One NVRTC compile builds them all.
 GEMV_V2_CONFIGS = ((128, 4), (256, 4))                                   # (BN columns, stages)
 GEMV_V3_CONFIGS = ((8, 3), (4, 5))                                      # (rows per stage, stages)
+GEMV_V4_CONFIGS = ((1, 4), (1, 8), (2, 8))                                      # (n16 tiles per warp, warps per CTA)
+GEMV_V4_DEFAULT = (1, 4)
 MARLIN_CONFIGS = ((1, 1, 4), (1, 2, 4), (2, 1, 4), (3, 1, 4), (4, 1, 4), (4, 1, 3))   # (m16 tiles, n16/warp, stages)
 
 
@@ -47,13 +49,17 @@ def gemv_v3_name(rows: int, stages: int) -> str:
     return f"w4a16_gemv_v3_ring<{rows}, {stages}>"
 
 
+def gemv_v4_name(ntw: int, warps: int) -> str:
+    return f"w4a16_gemv_v4_mma<{ntw}, {warps}>"
+
+
 def marlin_name(mt: int, ntw: int, stages: int) -> str:
     return f"w4a16_marlin<{mt}, {ntw}, {stages}>"
 
 
 SOURCE = KernelSource("quant.cu", name_expressions=tuple(
     [gemv_v2_name(*c) for c in GEMV_V2_CONFIGS] + [gemv_v3_name(*c) for c in GEMV_V3_CONFIGS]
-    + [marlin_name(*c) for c in MARLIN_CONFIGS]))
+    + [gemv_v4_name(*c) for c in GEMV_V4_CONFIGS] + [marlin_name(*c) for c in MARLIN_CONFIGS]))
 
 GROUP = 128
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)      # AutoAWQ: nibble i of a word holds column 8c + AWQ_ORDER[i]
@@ -644,6 +650,29 @@ def gemv_reference(x, qweight, qzeros, scales):
     z = unpack_nibbles(qzeros, 1, SEQ_ORDER)
     w = dequantize_int4(q, scales.astype(xp.float32), z)
     return x.astype(xp.float32) @ w
+
+
+def gemv_v4_plan(K: int, N: int, ntw: int | None = None, warps: int | None = None):
+    """(kernel name, grid, block) of w4a16_gemv_v4_mma for a 1 x K x N product on the shuffled weights."""
+    mma_check_shapes(1, K, N)
+    d_ntw, d_warps = GEMV_V4_DEFAULT
+    ntw, warps = ntw or d_ntw, warps or d_warps
+    if (ntw, warps) not in GEMV_V4_CONFIGS:
+        raise ValueError(f"w4a16_gemv_v4_mma: (n16 tiles per warp, warps) = {(ntw, warps)} is not instantiated; "
+                         f"choose one of {list(GEMV_V4_CONFIGS)}")
+    return gemv_v4_name(ntw, warps), (ceil_div(N // 16, ntw), 1, 1), (32 * warps, 1, 1)
+
+
+def launch_gemv_v4(x, qmma, qzeros, scales, out, *, ntw=None, warps=None):
+    """out (1, N) bf16 = x (1, K) bf16 @ dequant(qmma, qzeros, scales) on tensor cores (GEMV v4).
+
+    Takes the Marlin-shuffled weights (pack_mma), so N must be a multiple of 16."""
+    M, K, N = _mma_validate(x, qmma, qzeros, scales, out)
+    if M != 1:
+        raise ValueError(f"x: expected one row (batch 1, shape (1, K)), got shape {tuple(x.shape)}")
+    name, grid, block = gemv_v4_plan(K, N, ntw, warps)
+    SOURCE.function(name)(grid, block, (qmma, qzeros, scales, x, out, np.int32(K), np.int32(N)))
+    return out
 
 
 # --- W4A16 tensor-core GEMM v2: Marlin's structure ---------------------------------------------------

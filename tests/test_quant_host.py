@@ -552,7 +552,7 @@ def test_split_planning_and_stage_sizes():
         Q.gemv_v2_plan(1024, 256, bn=32, stages=4)
     every = set(Q.SOURCE.name_expressions)
     assert ({Q.gemv_v2_name(*c) for c in Q.GEMV_V2_CONFIGS} | {Q.gemv_v3_name(*c) for c in Q.GEMV_V3_CONFIGS}
-            | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS}) == every
+            | {Q.gemv_v4_name(*c) for c in Q.GEMV_V4_CONFIGS} | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS}) == every
     assert all((mt, *Q.MARLIN_DEFAULT[mt]) in Q.MARLIN_CONFIGS for mt in (1, 2, 3, 4))
 
 
@@ -725,3 +725,15 @@ def test_sass_readers():
     assert Q.sass_stage_instructions(_SASS) == 3
     with pytest.raises(ValueError, match="BAR.SYNC"):
         Q.sass_stage_instructions("        /*0000*/   EXIT ;")
+
+
+def test_gemv_v4_plan_and_rejections():
+    from kernels import quant as Q
+    name, grid, block = Q.gemv_v4_plan(8192, 8192)
+    assert name == Q.gemv_v4_name(*Q.GEMV_V4_DEFAULT) and block == (32 * Q.GEMV_V4_DEFAULT[1], 1, 1)
+    assert grid == (8192 // 16 // Q.GEMV_V4_DEFAULT[0], 1, 1)
+    assert Q.gemv_v4_plan(128, 48, ntw=2, warps=8)[1] == (2, 1, 1)     # 3 n16 tiles, 2 per CTA
+    with pytest.raises(ValueError, match="multiple of 16"):
+        Q.gemv_v4_plan(128, 40)
+    with pytest.raises(ValueError, match="not instantiated"):
+        Q.gemv_v4_plan(128, 48, ntw=3, warps=8)

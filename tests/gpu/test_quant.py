@@ -234,3 +234,41 @@ def test_marlin_extreme_activations_and_rejects():
         Q.launch_marlin(_bf16_normal((65, K)), qmma, qzeros, s, poisoned((65, N), Q.BF16))
     with pytest.raises(ValueError, match="not instantiated"):
         Q.launch_marlin(_bf16_normal((M, K)), qmma, qzeros, s, poisoned((M, N), Q.BF16), ntw=2, stages=8)
+
+
+# GEMV v4 reads the shuffled weights (pack_mma): N must be a multiple of 16, so the odd shapes are
+# N = 16 (2j + 1) and K with an odd number of groups (1, 3, 33), including fewer groups than warps.
+@pytest.mark.parametrize("K,N", [(128, 48), (384, 1008), (1024, 16), (4224, 4112), (8192, 8192)])
+def test_gemv_v4_mma_variants(K, N):
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
+    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
+    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    x = _bf16_normal((1, K))
+    qweight, qzeros = Q.pack_gptq(q, z)
+    qmma = Q.pack_mma(q)
+    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    for ntw, warps in Q.GEMV_V4_CONFIGS:
+        out = poisoned((1, N), Q.BF16)
+        Q.launch_gemv_v4(x, qmma, qzeros, s, out, ntw=ntw, warps=warps)
+        assert_close(out, ref, dtype="bfloat16", name=f"gemv v4 NTW={ntw} warps={warps} K={K} N={N}")
+
+
+def test_gemv_v4_extreme_activations_and_zero_points():
+    """The zero point is folded in as - (128 + z) sum(x): large |x| and all-15 zero points stress that cancellation."""
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    K, N = 2048, 256
+    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
+    z = cupy.full((K // Q.GROUP, N), 15, dtype=cupy.uint8)
+    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    qweight, qzeros = Q.pack_gptq(q, z)
+    qmma = Q.pack_mma(q)
+    for scale in (1e-3, 1.0, 300.0):
+        x = (cupy.random.standard_normal((1, K), dtype=cupy.float32) * scale + scale).astype(Q.BF16)
+        out = poisoned((1, N), Q.BF16)
+        Q.launch_gemv_v4(x, qmma, qzeros, s, out)
+        assert_close(out, Q.gemv_reference(x, qweight, qzeros, s), dtype="bfloat16", name=f"gemv v4 |x| ~ {scale}")
