@@ -24,6 +24,9 @@
 //   v7_warp_raw       v2 with raw chunks and a register cap from MIN_BLOCKS: short bf16 rows at 4
 //                     registers per 8 elements, so every row of a small input is resident at once
 //                     (one wave: all loads issued at the start, no second wave to wait for).
+//   v8_warp_stream    v2 as a stream: each warp walks RPW rows (grid stride) and issues the loads of
+//                     its next row before the math and stores of the current one, so reads, exp math and
+//                     writes of different rows overlap instead of running as three machine-wide phases.
 //
 // Templates are instantiated by name expression from kernels/softmax.py (softmax_v2_warp_row<float, 8>).
 // The (m, l) state and its merge live in online_softmax.cuh, shared with chapter 15.
@@ -230,14 +233,10 @@ softmax_v1_online(const T* __restrict__ x, T* __restrict__ y, int cols) {
 // The one-read core of v2, v3 and v4: NC chunks of a row in registers, chunk j of this thread at
 // index first + j * stride. The thread takes its local max, turns the values into e^{x - m_t} in place
 // and sums them: its state (m_t, l_t). After the caller has merged the states into the row's (m, l),
-// softmax_write scales each value by e^{m_t - m} / l and stores it.
-template <typename T, int NC>
-__device__ __forceinline__ SoftmaxState softmax_thread_state(const T* __restrict__ row, int first, int stride,
-                                                             int cols, bool vec_ok,
-                                                             float (&v)[NC][Chunk<T>::VEC]) {
-    constexpr int VEC = Chunk<T>::VEC;
-#pragma unroll
-    for (int j = 0; j < NC; ++j) load_chunk(row, first + j * stride, cols, vec_ok, v[j]);
+// softmax_write scales each value by e^{m_t - m} / l and stores it. softmax_values_state is the part
+// after the loads (v8 widens its rows from raw chunks itself).
+template <int NC, int VEC>
+__device__ __forceinline__ SoftmaxState softmax_values_state(float (&v)[NC][VEC]) {
     float m_t = SOFTMAX_NEG_INF;
 #pragma unroll
     for (int j = 0; j < NC; ++j)
@@ -253,6 +252,16 @@ __device__ __forceinline__ SoftmaxState softmax_thread_state(const T* __restrict
             l_t += v[j][k];
         }
     return {m_t, l_t};
+}
+
+template <typename T, int NC>
+__device__ __forceinline__ SoftmaxState softmax_thread_state(const T* __restrict__ row, int first, int stride,
+                                                             int cols, bool vec_ok,
+                                                             float (&v)[NC][Chunk<T>::VEC]) {
+    constexpr int VEC = Chunk<T>::VEC;
+#pragma unroll
+    for (int j = 0; j < NC; ++j) load_chunk(row, first + j * stride, cols, vec_ok, v[j]);
+    return softmax_values_state<NC, VEC>(v);
 }
 
 template <typename T, int NC>
@@ -553,5 +562,39 @@ softmax_v7_warp_raw(const T* __restrict__ x, T* __restrict__ y, int rows, int co
     const SoftmaxState mine = softmax_raw_state<T, NC>(x + base, lane, 32, cols, vec_ok, q);
     const SoftmaxState row_state = softmax_warp_merge(mine);
     softmax_raw_write<T, NC>(y + base, lane, 32, cols, vec_ok, q, row_state);
+}
+// [[/snippet]]
+
+// [[snippet: softmax_v8]]
+// v8: a warp walks rows r, r + G, r + 2G, ... (G = gridDim.x x ROWS warps in the grid). It holds the
+// current row widened to floats (v2's one exponential per element) and the next row as raw chunks in
+// flight: the next row's loads are issued right after the current row has arrived, before its max, exp,
+// merge and stores. In a one-wave launch (v2, v7) every warp reads, then every warp computes, then every
+// warp writes, so HBM idles through the math and the read-to-write turnaround; here one row's math
+// and stores overlap the next row's loads on every warp.
+template <typename T, int NC, int ROWS, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * ROWS, MIN_BLOCKS)
+softmax_v8_warp_stream(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+    constexpr int VEC = Chunk<T>::VEC;
+    const int lane = threadIdx.x % 32;
+    const int step = gridDim.x * ROWS;
+    int r = blockIdx.x * ROWS + threadIdx.x / 32;
+    if (r >= rows) return;                      // whole warps leave together
+    const bool vec_ok = cols % VEC == 0;
+    uint4 q[NC];                                // [NC] raw chunks of the row in flight
+#pragma unroll
+    for (int j = 0; j < NC; ++j) load_raw(x + (size_t)r * cols, lane + 32 * j, cols, vec_ok, q[j]);
+    for (; r < rows; r += step) {
+        float v[NC][VEC];                       // [NC, VEC] floats: the current row (waits for its loads)
+#pragma unroll
+        for (int j = 0; j < NC; ++j) unpack(q[j], v[j]);
+        if (r + step < rows) {                  // prefetch: q is free again
+#pragma unroll
+            for (int j = 0; j < NC; ++j) load_raw(x + (size_t)(r + step) * cols, lane + 32 * j, cols, vec_ok, q[j]);
+        }
+        const SoftmaxState mine = softmax_values_state<NC, VEC>(v);
+        const SoftmaxState row_state = softmax_warp_merge(mine);
+        softmax_write<T, NC>(y + (size_t)r * cols, lane, 32, cols, vec_ok, v, mine.m, row_state);
+    }
 }
 // [[/snippet]]

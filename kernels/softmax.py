@@ -37,29 +37,40 @@ V4_ELEMS = (16, 32)              # elements per thread in v4: 16 first, 32 only 
 
 # v5 / v6 configurations per dtype name, (NC chunks per thread, THREADS[, CL]), in the order the default
 # geometry tries them: the first whose row capacity (CL x THREADS x NC x VEC elements) holds the row.
-# The defaults are the winners of the first H200 tuning run (scripts/tune/ch06_softmax.py) at the
+# The defaults are the winners of the second H200 tuning run (scripts/tune/ch06_softmax.py) at the
 # chapter's widths. What decided them was the row bytes each SM keeps resident in registers (blocks per SM
-# x bytes per block). Clusters: 64 KiB gave 44-56% of copy, 80 KiB 64%, 128 KiB 59-76%; one block per
-# row: 64 KiB 69-76%, 80 KiB 82%, 128 KiB 92-96%. The extras are candidates
-# the tuning script times beside them: bf16 4096 in 64-thread blocks of 8 chunks (16 blocks, 128 KiB per
-# SM where (4, 128) keeps 80), 128-thread v6 blocks of 16 chunks (5 blocks at <= 96 registers, 160 KiB per
-# SM) and clusters of 16 (two 64 KiB blocks per SM from two different rows).
-V5_DEFAULT = {"float32": ((2, 128), (8, 128), (4, 512), (8, 512)),
-              "bfloat16": ((1, 128), (2, 128), (4, 128), (4, 256), (8, 256), (4, 1024))}
-V5_EXTRA = {"float32": ((4, 256),),
-            "bfloat16": ((4, 512), (8, 64))}
-V6_DEFAULT = {"float32": ((4, 512, 2), (8, 512, 4), (16, 512, 8)),
-              "bfloat16": ((4, 512, 2), (4, 256, 8), (4, 512, 8), (8, 512, 8))}
-V6_EXTRA = {"float32": ((4, 512, 8), (16, 128, 8), (16, 256, 16), (8, 512, 16)),
-            "bfloat16": ((4, 512, 4), (8, 256, 4), (16, 128, 4), (8, 256, 16), (16, 128, 16))}
+# x bytes per block): 128-160 KiB per SM won every width but fp32 4096, where (4, 256) at 96 KiB and
+# (8, 128) at 128 KiB tie within 1% (bf16 4096 in 64-thread blocks of 8 chunks, 16
+# blocks per SM; fp32 65536 in clusters of 8 128-thread blocks of 16 chunks, 5 per SM; bf16 262144 in
+# clusters of 16, four 32 KiB blocks per SM, the non-portable size the launcher allows). The extras are the
+# first run's defaults and the runner-ups, kept for the notebook's tuning table.
+V5_DEFAULT = {"float32": ((2, 128), (4, 256), (4, 512), (8, 512)),
+              "bfloat16": ((1, 128), (2, 128), (8, 64), (4, 256), (8, 256), (4, 1024))}
+V5_EXTRA = {"float32": ((8, 128),),
+            "bfloat16": ((4, 128),)}
+V6_DEFAULT = {"float32": ((4, 512, 2), (16, 128, 8), (16, 512, 8)),
+              "bfloat16": ((4, 512, 2), (8, 256, 4), (4, 512, 8), (8, 256, 16))}
+V6_EXTRA = {"float32": ((4, 512, 8), (8, 512, 4), (16, 256, 16)),
+            "bfloat16": ((4, 512, 4), (4, 256, 8), (8, 512, 8))}
 # v7 configurations, (NC chunks per lane, ROWS warps per block, MIN_BLOCKS per SM asked of ptxas).
-# bf16 (4, 8, 8): 32 registers per thread, 64 rows per SM, every row of 8192 x 1024 resident at once.
+# bf16 (4, 8, 6) won 8192 x 1024 (by a hair over v2 and (4, 8, 8), all within 2%).
 V7_DEFAULT = {"float32": ((4, 8, 8), (8, 8, 5)),
-              "bfloat16": ((4, 8, 8), (8, 8, 5))}
+              "bfloat16": ((4, 8, 6), (8, 8, 5))}
 V7_EXTRA = {"float32": (),
-            "bfloat16": ((4, 8, 6), (4, 4, 16))}
+            "bfloat16": ((4, 8, 8),)}
+# v8 configurations, (NC chunks per lane, ROWS warps per block, MIN_BLOCKS, RPW rows per warp): the grid
+# is ceil(rows / (ROWS x RPW)) blocks, each warp streaming RPW rows; MIN_BLOCKS is chosen so that the
+# grid fits one wave on 132 SMs with near-equal blocks per SM. A warp holds its current row widened (32
+# registers for bf16 1024) plus the next row raw (16), so at 64 registers (8 blocks of 4 warps) ptxas
+# spills: the bf16 default is 64-thread blocks, 12 per SM (84 registers), 3 rows per warp: 1366 blocks,
+# 10.3 per SM (at most 11), ~21 warps and ~42 KiB of reads in flight per SM; the extra is 16 warps per
+# SM with 4 rows each (32 KiB). fp32 (8, 4, 5, 4): 512 blocks, ~3.9 per SM, 16 warps of 4 KiB rows.
+V8_DEFAULT = {"float32": ((8, 4, 5, 4),),
+              "bfloat16": ((4, 2, 12, 3),)}
+V8_EXTRA = {"float32": (),
+            "bfloat16": ((4, 4, 4, 4),)}
 RAW_TABLES = {"v5_block_raw": (V5_DEFAULT, V5_EXTRA), "v6_cluster_raw": (V6_DEFAULT, V6_EXTRA),
-              "v7_warp_raw": (V7_DEFAULT, V7_EXTRA)}
+              "v7_warp_raw": (V7_DEFAULT, V7_EXTRA), "v8_warp_stream": (V8_DEFAULT, V8_EXTRA)}
 PORTABLE_CLUSTER = 8             # larger clusters need the non-portable attribute (set by the launcher)
 
 
@@ -171,7 +182,7 @@ def raw_capacity(dtype, nc: int, threads: int, cl: int = 1) -> int:
 
 def capacity(version: str, dtype, config: tuple) -> int:
     """Elements per row that one v5/v6/v7 configuration holds (v7: a warp of 32 lanes x NC chunks)."""
-    if version == "v7_warp_raw":
+    if version in ("v7_warp_raw", "v8_warp_stream"):
         return raw_capacity(dtype, config[0], 32)
     return raw_capacity(dtype, *config)
 
@@ -183,7 +194,8 @@ def raw_configs(version: str, dtype) -> tuple:
 
 
 def raw_config(version: str, cols: int, dtype, config: tuple | None = None) -> tuple:
-    """(NC, THREADS) for v5, (NC, THREADS, CL) for v6, (NC, ROWS, MIN_BLOCKS) for v7: ``config`` if
+    """(NC, THREADS) for v5, (NC, THREADS, CL) for v6, (NC, ROWS, MIN_BLOCKS) for v7, (NC, ROWS,
+    MIN_BLOCKS, RPW) for v8: ``config`` if
     given (it must be instantiated and hold the row), else the first default that holds the row."""
     table = RAW_TABLES[version][0][dtype_name(dtype)]
     dn = dtype_name(dtype)
@@ -220,6 +232,10 @@ def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = N
         nc, rows_per_block, min_blocks = raw_config(version, cols, dtype, config)
         return [Launch(kname("softmax_v7_warp_raw", dtype, nc, rows_per_block, min_blocks),
                        (ceil_div(rows, rows_per_block), 1, 1), (32 * rows_per_block, 1, 1))]
+    if version == "v8_warp_stream":
+        nc, rows_per_block, min_blocks, rpw = raw_config(version, cols, dtype, config)
+        return [Launch(kname("softmax_v8_warp_stream", dtype, nc, rows_per_block, min_blocks),
+                       (ceil_div(rows, rows_per_block * rpw), 1, 1), (32 * rows_per_block, 1, 1))]
     if version == "v5_block_raw":
         nc, t = raw_config(version, cols, dtype, config)
         return [Launch(kname("softmax_v5_block_raw", dtype, nc, t), (rows, 1, 1), (t, 1, 1))]
@@ -258,10 +274,12 @@ def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = N
 
 
 # The dispatcher's table: for each dtype, (longest row, version) in order; the first row limit that
-# holds cols wins. fp32 keeps v3 up to 16384 (it already keeps 64 bytes per thread in flight); bf16 moves
-# to v5, whose raw chunks give it the same 64 bytes. Rows longer than a block go to v6 (rows on grid y).
-PLAN = {"float32": ((1024, "v2_warp_row"), (16384, "v3_block_row"), (262144, "v6_cluster_raw")),
-        "bfloat16": ((2048, "v2_warp_row"), (32768, "v5_block_raw"), (262144, "v6_cluster_raw"))}
+# holds cols wins; the second H200 tuning run's winners at the chapter's widths. fp32: v2 for short rows,
+# v5 (4, 256) at 4096 and v3 at 16384 (the two within 1% of each other at both widths); bf16: v7's
+# register-capped warps for short rows, v5 up to a block; rows longer than a block go to v6 (rows on grid y).
+PLAN = {"float32": ((1024, "v2_warp_row"), (4096, "v5_block_raw"), (16384, "v3_block_row"),
+                    (262144, "v6_cluster_raw")),
+        "bfloat16": ((2048, "v7_warp_raw"), (32768, "v5_block_raw"), (262144, "v6_cluster_raw"))}
 
 
 def plan(rows: int, cols: int, dtype) -> str:
@@ -287,7 +305,7 @@ def name_expressions() -> tuple[str, ...]:
         names += [kname("softmax_v4_cluster_row", dt, V4_ELEMS[0] // v, cl) for cl in V4_CLUSTERS]
         names.append(kname("softmax_v4_cluster_row", dt, V4_ELEMS[-1] // v, V4_CLUSTERS[-1]))
         for version in RAW_TABLES:
-            names += [kname("softmax_" + version, dt, *c) for c in raw_configs(version, dt)]
+            names += [kname("softmax_" + version, dt, *c[:3]) for c in raw_configs(version, dt)]
     return tuple(names)
 
 
@@ -302,7 +320,7 @@ def thread_elements(version: str, cols: int, dtype) -> np.ndarray:
     v = vec(dtype)
     if version == "v2_warp_row":
         nc, threads, firsts, stride = v2_chunks(cols, dtype), 32, np.arange(32), 32
-    elif version == "v7_warp_raw":
+    elif version in ("v7_warp_raw", "v8_warp_stream"):
         nc, threads, firsts, stride = raw_config(version, cols, dtype)[0], 32, np.arange(32), 32
     elif version == "v3_block_row":
         t = v3_threads(cols)
@@ -393,11 +411,11 @@ def block_row_bytes(ln: Launch, cols: int, dtype) -> int:
     """Bytes of input rows one block of ``ln`` holds until it writes: a warp version's rows per block,
     a block's row, or a cluster block's slice. Times resident blocks per SM: the bytes an SM keeps
     in flight, the quantity that decided the first tuning run."""
-    rows_per_block = ln.block[0] // 32 if ln.kernel.startswith(("softmax_v2", "softmax_v7")) else 1
+    rows_per_block = ln.block[0] // 32 if ln.kernel.startswith(("softmax_v2", "softmax_v7", "softmax_v8")) else 1
     return rows_per_block * ceil_div(cols, cluster_size(ln)) * np.dtype(dtype).itemsize
 
 
-_WARP_VERSIONS = ("v2_warp_row", "v7_warp_raw")        # kernels that take (x, y, rows, cols)
+_WARP_VERSIONS = ("v2_warp_row", "v7_warp_raw", "v8_warp_stream")        # kernels that take (x, y, rows, cols)
 _NON_PORTABLE = {}                                      # kernel name -> the function object set up
 
 
@@ -481,6 +499,8 @@ VERSIONS = registry(
             "v4 with raw chunks and 128-512-thread blocks: several clusters per SM overlap their barriers"),
     Version("softmax_v7_warp_raw", "v7_warp_raw", _launcher("v7_warp_raw"),
             "v2 with raw chunks and a register cap: every short bf16 row of a small input in flight at once"),
+    Version("softmax_v8_warp_stream", "v8_warp_stream", _launcher("v8_warp_stream"),
+            "v2 as a stream: each warp walks several rows, loading the next while computing and writing one"),
 )
 
 

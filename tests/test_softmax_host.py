@@ -51,14 +51,16 @@ def test_merge_is_commutative_associative_with_identity(rng):
 @pytest.mark.parametrize("rows,cols", TARGETS)
 def test_plan_picks_the_one_read_version_that_fits(rows, cols, dtype):
     v = S.plan(rows, cols, dtype)
-    mid = "v3_block_row" if np.dtype(dtype) == np.float32 else "v5_block_raw"
-    expected = {1024: "v2_warp_row", 4096: mid, 16384: mid,
+    fp32 = np.dtype(dtype) == np.float32
+    expected = {1024: "v2_warp_row" if fp32 else "v7_warp_raw", 4096: "v5_block_raw",
+                16384: "v3_block_row" if fp32 else "v5_block_raw",
                 65536: "v6_cluster_raw", 262144: "v6_cluster_raw"}[cols]
     assert v == expected
-    # the raw versions' default instances are the first tuning run's winners at these widths
-    winners = {("bfloat16", 4096): (4, 128), ("bfloat16", 16384): (8, 256),
-               ("float32", 65536): (8, 512, 4), ("float32", 262144): (16, 512, 8),
-               ("bfloat16", 65536): (4, 256, 8), ("bfloat16", 262144): (8, 512, 8)}
+    # the raw versions' default instances are the second tuning run's winners at these widths
+    winners = {("float32", 4096): (4, 256), ("bfloat16", 1024): (4, 8, 6), ("bfloat16", 4096): (8, 64),
+               ("bfloat16", 16384): (8, 256), ("float32", 65536): (16, 128, 8),
+               ("float32", 262144): (16, 512, 8), ("bfloat16", 65536): (8, 256, 4),
+               ("bfloat16", 262144): (8, 256, 16)}
     if (np.dtype(dtype).name, cols) in winners:
         assert S.raw_config(v, cols, dtype) == winners[np.dtype(dtype).name, cols]
     (ln,) = S.geometry(v, rows, cols, dtype)
@@ -97,7 +99,7 @@ def test_every_geometry_is_an_instantiated_template(cols, dtype):
 @pytest.mark.parametrize("cols", [1, 7, 33, 1000, 1024, 2048, 4097, 16384, 20000, 65536, 262144])
 def test_register_versions_hold_every_element_exactly_once(cols, dtype):
     for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw",
-                  "v7_warp_raw"):
+                  "v7_warp_raw", "v8_warp_stream"):
         if not S.supports(label, cols, dtype):
             continue
         idx = S.thread_elements(label, cols, dtype)
@@ -118,7 +120,7 @@ def test_v2_warp_accesses_are_contiguous_per_instruction():
 
 
 @pytest.mark.parametrize("label", ["v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw",
-                                   "v6_cluster_raw", "v7_warp_raw"])
+                                   "v6_cluster_raw", "v7_warp_raw", "v8_warp_stream"])
 @pytest.mark.parametrize("shape", [(3, 7), (2, 33), (2, 1000), (1, 1), (2, 4097)])
 def test_simulated_algorithm_matches_the_reference(label, shape, rng):
     if not S.supports(label, shape[1], np.float32):
@@ -134,7 +136,7 @@ def test_simulated_algorithm_on_masked_rows_and_large_logits():
     x[1, 65] = 2.0                                       # one survivor, held by a late thread
     x[2] = np.linspace(-1e4, 1e4, 70).astype(np.float32)   # large logits
     for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw",
-                  "v7_warp_raw"):
+                  "v7_warp_raw", "v8_warp_stream"):
         y = S.simulate(label, x)
         assert np.all(np.isnan(y[0]))
         assert y[1, 65] == 1.0 and np.all(np.delete(y[1], 65) == 0)
@@ -213,7 +215,7 @@ def test_every_raw_config_is_instantiated_and_holds_its_rows(dtype):
                 if version == "v6_cluster_raw":
                     assert ln.grid == (cfg[2], 3, 1) and ln.block == (cfg[1], 1, 1)
                     assert S.cluster_size(ln) == cfg[2]
-                elif version == "v7_warp_raw":
+                elif version in ("v7_warp_raw", "v8_warp_stream"):
                     assert ln.block == (32 * cfg[1], 1, 1) and ln.grid == (1, 1, 1)
                     assert S.cluster_size(ln) == 1
                 else:
@@ -228,7 +230,8 @@ def test_every_raw_config_is_instantiated_and_holds_its_rows(dtype):
 
 def test_raw_registers_fit_the_occupancy_they_are_tuned_for():
     # v7 bf16 (4, 8, 8) must fit 8 blocks of 256 threads (64 rows per SM: all of 8192 x 1024 at once); the
-    # 128-thread v6 blocks of 16 chunks 5 blocks (160 KiB of row per SM); the 16-block fp32 cluster 2
+    # 128-thread v6 blocks of 16 chunks 5 blocks (160 KiB of row per SM); the 16-block clusters 2; v8 the
+    # blocks per SM its grid was sized for (one wave on 132 SMs)
     from kernels.simt import occupancy_estimate
     from utils.build import compile_source
     comp = compile_source(S.SOURCE)
@@ -239,9 +242,27 @@ def test_raw_registers_fit_the_occupancy_they_are_tuned_for():
         return blocks, blocks * S.block_row_bytes(ln, cols, dtype)
 
     assert resident("v7_warp_raw", BF16, (4, 8, 8), 1024) == (8, 8 * 8 * 2048)
-    assert resident("v6_cluster_raw", BF16, (16, 128, 4), 65536) == (5, 160 * 1024)
     assert resident("v6_cluster_raw", np.float32, (16, 128, 8), 65536) == (5, 160 * 1024)
     assert resident("v6_cluster_raw", np.float32, (16, 256, 16), 262144) == (2, 128 * 1024)
+    assert resident("v6_cluster_raw", BF16, (8, 256, 16), 262144) == (4, 128 * 1024)
+    for dtype in DTYPES:
+        for cfg in S.raw_configs("v8_warp_stream", dtype):
+            blocks = resident("v8_warp_stream", dtype, cfg, 1024)[0]
+            assert blocks >= cfg[2], (cfg, blocks)
+            assert S.ceil_div(8192, cfg[1] * cfg[3]) <= 132 * blocks, "one wave on an H200"
+
+
+def test_v8_walks_every_row_once():
+    # warp w of the grid takes rows w, w + G, ... (G = grid x ROWS warps); with the grid ceil(rows / (ROWS RPW))
+    # every row has exactly one warp and no warp walks more than RPW rows
+    for dtype in DTYPES:
+        for cfg in S.raw_configs("v8_warp_stream", dtype):
+            for rows in (1, 5, 7, 8191, 8192, 8193):
+                (ln,) = S.geometry("v8_warp_stream", rows, 100, dtype, cfg)
+                g = ln.grid[0] * cfg[1]
+                walked = [list(range(w, rows, g)) for w in range(g)]
+                assert sorted(r for rs in walked for r in rs) == list(range(rows))
+                assert max(map(len, walked)) <= cfg[3]
 
 
 def test_plan_covers_every_row_length_with_a_supporting_version():

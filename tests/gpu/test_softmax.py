@@ -191,3 +191,21 @@ def test_non_portable_clusters_of_16():
                 name = f"{version}{cfg} {dn} cols={cols}"
                 assert bool(cupy.isnan(y[1].astype(cupy.float32)).all()), f"{name}: fully masked row must be NaN"
                 assert_close(y[0::2], S.reference(x)[0::2], dtype=dn, name=name)
+
+
+def test_v8_streams_several_rows_per_warp():
+    # v8's grid gives each warp up to RPW rows (r, r + G, ...): a row count that leaves the last step
+    # partial, widths on the vector and the scalar path, every instance; the prefetch of row r + G must
+    # not leak into row r's output
+    import cupy
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    for dt in _dtypes():
+        dn = np.dtype(dt).name
+        for cfg in S.raw_configs("v8_warp_stream", dt):
+            for rows, cols in ((8192 + 13, S.capacity("v8_warp_stream", dt, cfg)), (999, 1000), (50, 7)):
+                x = S.random_input((rows, cols), dt, scale=3.0)
+                y = poisoned((rows, cols), dt)
+                S.bind("v8_warp_stream", x, y, cfg)()
+                cupy.cuda.Device().synchronize()
+                assert_close(y, S.reference(x), dtype=dn, name=f"v8{cfg} {dn} {(rows, cols)}")
