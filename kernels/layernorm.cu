@@ -78,6 +78,29 @@ __device__ __forceinline__ float row_sum(float v, float* red) {
     return v;
 }
 
+// Two sums over the threads of one row in one reduction: one block barrier and one cluster barrier
+// for both (row_sum twice would pay each barrier twice). `red` is [2][33] in shared memory.
+template <int TPR, int CLUSTER>
+__device__ __forceinline__ float2 row_sum2(float2 v, float (*red)[33]) {
+    v.x = warp_sum(v.x);
+    v.y = warp_sum(v.y);
+    const int lane = threadIdx.x & 31;
+    if constexpr (TPR > 32) {
+        if (lane == 0) { red[0][threadIdx.x >> 5] = v.x; red[1][threadIdx.x >> 5] = v.y; }
+        __syncthreads();
+        v.x = warp_sum(lane < TPR / 32 ? red[0][lane] : 0.f);
+        v.y = warp_sum(lane < TPR / 32 ? red[1][lane] : 0.f);
+    }
+    if constexpr (CLUSTER > 1) {
+        cg::cluster_group cluster = cg::this_cluster();
+        if (threadIdx.x == 0) { red[0][32] = v.x; red[1][32] = v.y; }
+        cluster.sync();
+        v.x = warp_sum(lane < CLUSTER ? *cluster.map_shared_rank(&red[0][32], lane) : 0.f);
+        v.y = warp_sum(lane < CLUSTER ? *cluster.map_shared_rank(&red[1][32], lane) : 0.f);
+    }
+    return v;
+}
+
 template <int TPR, int CLUSTER>
 __device__ __forceinline__ Welford row_welford(Welford s, Welford* red /* [33] in smem */) {
     if constexpr (TPR > 32) s = block_welford<TPR / 32>(s, red);
@@ -129,7 +152,7 @@ __global__ void __launch_bounds__(256) rmsnorm_v0_naive(const T* __restrict__ x,
 // [[/snippet]]
 
 // [[snippet: norm_rows]]
-enum Stats { TWOPASS = 0, WELFORD = 1, RMS = 2, TWOPASS_ILP = 3, RMS_ILP = 4 };
+enum Stats { TWOPASS = 0, WELFORD = 1, RMS = 2, TWOPASS_ILP = 3, RMS_ILP = 4, SHIFTED = 5 };
 
 // Exact two-pass statistics of the values this block holds, with four independent accumulators
 // (slot k & 3 is fixed at compile time, so four add/FMA chains run side by side instead of one),
@@ -466,13 +489,47 @@ __host__ __device__ constexpr int raw_blocks_per_sm() {
     return by_regs < 1 ? 1 : (by_regs < by_threads ? by_regs : by_threads);
 }
 
-template <bool LN, typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+// Shifted sums (layernorm_v6): with K the row's first value, every thread of every rank accumulates
+// S = sum (x - K) and Q = sum (x - K)^2, one reduction gives both, and
+//   mean = K + S / n,   var = Q / n - (S / n)^2.
+// The cancellation of E[x^2] - E[x]^2 is now between Q / n = var + (mean - K)^2 and (mean - K)^2: it
+// costs bits in proportion to (mean - K)^2 / var, which is about 1 for K drawn from the row (and at
+// most n when x_0 is the row's worst outlier), instead of mean^2 / var (1e8 for mean 1e4, std 1).
+// x - K is exact (Sterbenz) whenever x and K are within a factor 2 of each other.
+template <int TPR, int CLUSTER, int VEC, int NC>
+__device__ __forceinline__ void shifted_stats(const uint4 (&q)[NC], float shift, int col0, int n,
+                                              float (*red_f)[33], float& mean, float& var) {
+    float acc_s[2] = {0.f, 0.f}, acc_q[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        if (col0 + j * TPR * VEC < n) {
+            float v[VEC];
+            unpack_raw(q[j], v);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                const float d = v[k] - shift;
+                acc_s[k & 1] += d;
+                acc_q[k & 1] = fmaf(d, d, acc_q[k & 1]);
+            }
+        }
+    }
+    const float2 t = row_sum2<TPR, CLUSTER>(make_float2(acc_s[0] + acc_s[1], acc_q[0] + acc_q[1]), red_f);
+    const float dm = t.x / n;                         // mean - K
+    mean = shift + dm;
+    var = fmaxf(t.y / n - dm * dm, 0.f);
+}
+
+template <int STATS, typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
 __device__ __forceinline__ void norm_rows_raw(const T* __restrict__ x, const T* __restrict__ w,
                                               const T* __restrict__ b, T* __restrict__ y, int rows, int n,
                                               float eps) {
     static_assert(VEC * sizeof(T) == 16, "raw chunks are 16 bytes");
+    static_assert(STATS == TWOPASS_ILP || STATS == SHIFTED || STATS == RMS_ILP, "raw statistics");
+    constexpr bool LN = STATS != RMS_ILP;
     constexpr int NC = ITEMS / VEC;
-    constexpr int WG = raw_weight_group<NC>();
+    // v6 loads w and b one chunk at a time: 8 registers, as RMSNorm's two chunks of w, so that it fits
+    // RMSNorm's budget (with two chunks of each ptxas spills at that budget)
+    constexpr int WG = STATS == SHIFTED ? (NC < 1 ? NC : 1) : raw_weight_group<NC>();
     constexpr int NG = (NC + WG - 1) / WG;
     __shared__ float red_f[2][33];
     __shared__ Welford red_w[33];
@@ -500,7 +557,11 @@ __device__ __forceinline__ void norm_rows_raw(const T* __restrict__ x, const T* 
     load_weights(0);                     // in flight through the reduction
 
     float mean = 0.f, rstd;
-    if constexpr (LN) {
+    if constexpr (STATS == SHIFTED) {
+        float var;
+        shifted_stats<TPR, CLUSTER, VEC, NC>(q, to_f32(x[base]), rs.col0, n, red_f, mean, var);
+        rstd = rsqrtf(var + eps);
+    } else if constexpr (LN) {
         const int n_block = min(max(n - rank * TPR * ITEMS, 0), TPR * ITEMS);
         const float s = row_sum<TPR, 1>(raw_sum<false, VEC, NC>(q), red_f[0]);
         const float mean_b = n_block > 0 ? s / n_block : 0.f;
@@ -553,7 +614,7 @@ template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
 __global__ void __launch_bounds__(THREADS, raw_blocks_per_sm<ITEMS / VEC, THREADS, true, CLUSTER>()) __cluster_dims__(CLUSTER, 1, 1)
 layernorm_v5_raw(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                  T* __restrict__ y, int rows, int n, float eps) {
-    norm_rows_raw<true, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
+    norm_rows_raw<TWOPASS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
 }
 // [[/snippet]]
 
@@ -562,6 +623,20 @@ template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
 __global__ void __launch_bounds__(THREADS, raw_blocks_per_sm<ITEMS / VEC, THREADS, false, CLUSTER>()) __cluster_dims__(CLUSTER, 1, 1)
 rmsnorm_v4_raw(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int rows, int n,
                float eps) {
-    norm_rows_raw<false, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
+    norm_rows_raw<RMS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
+}
+// [[/snippet]]
+
+// [[snippet: layernorm_v6]]
+// v5 with shifted sums: one reduction per row (one block barrier, one cluster barrier, as RMSNorm)
+// instead of two sums and a Chan merge, and RMSNorm's register budget (no mean_b / n_block / Welford
+// state live across the barriers, w and b one chunk at a time), so on the cluster layouts it keeps as
+// many blocks per SM as rmsnorm_v4 (at 65536: 4 instead of 3 blocks of 256 for fp32). Without a
+// cluster it keeps v5's budget: RMSNorm's spills a few bytes on the 2- and 4-chunk bf16 layouts.
+template <typename T, int VEC, int TPR, int THREADS, int ITEMS, int CLUSTER>
+__global__ void __launch_bounds__(THREADS, raw_blocks_per_sm<ITEMS / VEC, THREADS, CLUSTER == 1, CLUSTER>()) __cluster_dims__(CLUSTER, 1, 1)
+layernorm_v6_shift(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                   T* __restrict__ y, int rows, int n, float eps) {
+    norm_rows_raw<SHIFTED, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
 }
 // [[/snippet]]
