@@ -56,11 +56,8 @@ def ceilings(gpu: str | None = None, notebook: str = "02-hopper-architecture") -
     return out
 
 
-def measure_copy(rec, nbytes: int = 1 << 30) -> dict:
-    """Device-to-device copy (cudaMemcpyAsync) of ``nbytes``: the HBM ceiling, recorded as ceiling.copy.
-
-    Counts bytes read plus bytes written, as every bandwidth figure in the book does.
-    """
+def _copy_job(nbytes: int):
+    """(n, run, check) for a device-to-device copy (cudaMemcpyAsync) of ``nbytes`` of fp32."""
     require_gpu()
     import cupy
     n = nbytes // 4
@@ -76,8 +73,26 @@ def measure_copy(rec, nbytes: int = 1 << 30) -> dict:
         if not bool((dst == src).all()):
             raise AssertionError("device-to-device copy produced different bytes")
 
+    return n, run, check
+
+
+def measure_copy(rec, nbytes: int = 1 << 30) -> dict:
+    """Device-to-device copy (cudaMemcpyAsync) of ``nbytes``: the HBM ceiling, recorded as ceiling.copy.
+
+    Counts bytes read plus bytes written, as every bandwidth figure in the book does.
+    """
+    n, run, check = _copy_job(nbytes)
     return rec.time("copy", CEILING_IMPLS["copy"], run, dtype="float32", shape=(n,),
                     nbytes=2 * n * 4, is_peer=True, check=check)
+
+
+def copy_gbps(nbytes: int = 1 << 30, **bench_kw) -> float:
+    """The same copy ceiling in GB/s (read + written), timed without a record (tuning scripts)."""
+    from .bench import bench
+    n, run, check = _copy_job(nbytes)
+    t = bench(run, **bench_kw)
+    check()
+    return 2 * n * 4 / (t.ms * 1e-3) / 1e9
 
 
 def measure_cublas_bf16(rec, n: int = 8192) -> dict:
