@@ -4,6 +4,7 @@
     python -m utils.run --all              # every notebook in chapters/
     python -m utils.run chapters/04-memory-hierarchy.ipynb ...
     python -m utils.run --stale --budget-s 540   # stop starting notebooks after 9 minutes
+    python -m utils.run --stale --allow-errors   # first run of new code: every failing cell, no stamps
 
 A host may allow only minutes per command: with ``--budget-s`` the run stops before starting a
 notebook it might not finish, and says which are left, so the book executes in parts.
