@@ -85,13 +85,17 @@ def test_rmsnorm_block(D, block):
 
 # --- the kernels' index maps replayed in NumPy ---------------------------------------------------------
 
+def _gelu_scalar(v):
+    """Exact GELU of one value, as the simulated kernels compute it per element."""
+    return 0.5 * v * (1 + math.erf(v / math.sqrt(2)))
+
+
 def sim_bias_gelu(x, b):
     rows, cols = x.shape
     n = rows * cols
     xf, bfl = x.astype(np.float32).ravel(), b.astype(np.float32)
     y = np.full(n, np.nan, np.float32)
     written = np.zeros(n, int)
-    gelu = lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2)))  # noqa: E731
     for blk in range(F.grid_elementwise(n)):
         for t in range(F.THREADS):
             if cols % 8 == 0:
@@ -101,13 +105,13 @@ def sim_bias_gelu(x, b):
                     if i < nv:
                         bc = i % cv
                         for e in range(8):
-                            y[8 * i + e] = gelu(xf[8 * i + e] + bfl[8 * bc + e])
+                            y[8 * i + e] = _gelu_scalar(xf[8 * i + e] + bfl[8 * bc + e])
                             written[8 * i + e] += 1
             else:
                 for k in range(F.UNROLL * 8):
                     i = blk * F.THREADS * F.UNROLL * 8 + t + k * F.THREADS
                     if i < n:
-                        y[i] = gelu(xf[i] + bfl[i % cols])
+                        y[i] = _gelu_scalar(xf[i] + bfl[i % cols])
                         written[i] += 1
     assert (written == 1).all()
     return y.reshape(rows, cols)
@@ -119,7 +123,6 @@ def sim_bias_gelu_rows(x, b, per):
     xf, bfl = x.astype(np.float32), b.astype(np.float32)
     y = np.full((rows, cols), np.nan, np.float32)
     written = np.zeros((rows, cols), int)
-    gelu = lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2)))  # noqa: E731
     vec = 8 if cols % 8 == 0 else 1
     gx, gy = F.grid_bias_gelu_rows(rows, cols, per)
     assert gx * per >= rows and gy * F.THREADS * vec >= cols
@@ -132,7 +135,7 @@ def sim_bias_gelu_rows(x, b, per):
                 for k in range(min(per, rows - bx * per)):
                     r = bx * per + k
                     for e in range(vec):
-                        y[r, vec * c + e] = gelu(xf[r, vec * c + e] + bfl[vec * c + e])
+                        y[r, vec * c + e] = _gelu_scalar(xf[r, vec * c + e] + bfl[vec * c + e])
                         written[r, vec * c + e] += 1
     assert (written == 1).all()
     return y

@@ -14,6 +14,16 @@ def _bf16_normal(shape):
     return cupy.random.standard_normal(shape, dtype=cupy.float32).astype(Q.BF16)
 
 
+def _int4_problem(K, N):
+    """Random INT4 codes q [K, N], zero points z [K/128, N] and bf16 group scales s [K/128, N]."""
+    import cupy
+    from kernels import quant as Q
+    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
+    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
+    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    return q, z, s
+
+
 @pytest.mark.parametrize("shape", [(37, 1000), (37, 999), (1, 8), (5, 1), (256, 4096)])
 def test_int8_quant_and_dequant(shape):
     import cupy
@@ -69,12 +79,9 @@ def test_int4_conversions_are_exact(words):
 # single group and the partly filled 32-column block, and stay under 0.008 in 3 x 10^4 draws.
 @pytest.mark.parametrize("K,N", [(128, 40), (384, 1000), (1024, 24), (4096, 4104), (8192, 8192)])
 def test_gemv_versions_match_the_reference(K, N):
-    import cupy
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
-    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
-    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    q, z, s = _int4_problem(K, N)
     x = _bf16_normal((1, K))
     qweight, qzeros = Q.pack_gptq(q, z)
     ref = Q.gemv_reference(x, qweight, qzeros, s)
@@ -100,9 +107,7 @@ def test_mma_gemm_matches_the_reference(K, N):
     import cupy
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
-    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
-    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    q, z, s = _int4_problem(K, N)
     _, qzeros = Q.pack_gptq(q, z)
     qmma = Q.pack_mma(q)
     W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)   # what the kernel's B fragments hold
@@ -111,15 +116,6 @@ def test_mma_gemm_matches_the_reference(K, N):
         out = poisoned((M, N), Q.BF16)
         Q.launch_mma(a, qmma, qzeros, s, out)
         assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"w4a16 mma M={M} K={K} N={N}")
-
-
-def _int4_problem(K, N):
-    import cupy
-    from kernels import quant as Q
-    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
-    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
-    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
-    return q, z, s
 
 
 # N = 40, 1000, 4104: partial BN tiles (and a partial 16-byte chunk of qzeros); K = 128: one group,
@@ -240,12 +236,9 @@ def test_marlin_extreme_activations_and_rejects():
 # N = 16 (2j + 1) and K with an odd number of groups (1, 3, 33), including fewer groups than warps.
 @pytest.mark.parametrize("K,N", [(128, 48), (384, 1008), (1024, 16), (4224, 4112), (8192, 8192)])
 def test_gemv_v4_mma_variants(K, N):
-    import cupy
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
-    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
-    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
+    q, z, s = _int4_problem(K, N)
     x = _bf16_normal((1, K))
     qweight, qzeros = Q.pack_gptq(q, z)
     qmma = Q.pack_mma(q)

@@ -16,6 +16,18 @@ def _data(n, dtype):
     return x if dtype == "float32" else x.astype(ml_dtypes.bfloat16)
 
 
+def _runnable_versions(dtype):
+    """(label, Version) of every version that takes ``dtype`` on this GPU (v6 needs clusters)."""
+    from kernels import reduction as R
+    from utils.gpu import supports
+    for label, v in R.VERSIONS.items():
+        if dtype == "bfloat16" and label not in R.BF16_VERSIONS:
+            continue
+        if label == "v6_cluster" and not supports("clusters"):
+            continue
+        yield label, v
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n", SIZES)
 def test_every_version_within_its_bound(n, dtype):
@@ -24,12 +36,7 @@ def test_every_version_within_its_bound(n, dtype):
     from utils.gpu import device_summary
     x = _data(n, dtype)
     ref, sabs = R.reference(x)
-    from utils.gpu import supports
-    for label, v in R.VERSIONS.items():
-        if dtype == "bfloat16" and label not in R.BF16_VERSIONS:
-            continue
-        if label == "v6_cluster" and not supports("clusters"):
-            continue
+    for label, v in _runnable_versions(dtype):
         out = poisoned((1,), np.float32)
         v.launch(x, out)
         bound = R.error_bound(label, n, sabs, dtype=x.dtype, sms=device_summary()["sms"])
@@ -71,15 +78,9 @@ def _ints(n, high, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n,high", EXACT)
 def test_every_element_counted_exactly_once(n, high, dtype):
-    from kernels import reduction as R
     from utils.check import poisoned
-    from utils.gpu import supports
     x, exact = _ints(n, high, dtype)
-    for label, v in R.VERSIONS.items():
-        if dtype == "bfloat16" and label not in R.BF16_VERSIONS:
-            continue
-        if label == "v6_cluster" and not supports("clusters"):
-            continue
+    for label, v in _runnable_versions(dtype):
         out = poisoned((1,), np.float32)
         v.launch(x, out)
         got = float(out[0])
