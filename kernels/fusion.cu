@@ -173,28 +173,19 @@ __device__ __forceinline__ void bias_gelu_rows(const bf16* __restrict__ x, const
     }
 }
 
-extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
-bias_gelu_v3_rows4(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
-             int rows, int cols) {
-    bias_gelu_rows<GELU_POLY, 4>(x, bias, y, rows, cols);
-}
+// One extern "C" entry point per (GELU form, rows per thread): the launcher picks among them by name.
+#define BIAS_GELU_ROWS_KERNEL(NAME, FORM, ROWS)                                                       \
+    extern "C" __global__ void __launch_bounds__(FUSE_THREADS)                                       \
+    NAME(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y, int rows,  \
+         int cols) {                                                                                 \
+        bias_gelu_rows<FORM, ROWS>(x, bias, y, rows, cols);                                          \
+    }
+BIAS_GELU_ROWS_KERNEL(bias_gelu_v3_rows4, GELU_POLY, 4)
 // [[/snippet]]
 // Tuning instances: other row counts, and v1's erff in v3's layout (splits v1 -> v3 into layout and GELU).
-extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
-bias_gelu_v3_rows2(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
-             int rows, int cols) {
-    bias_gelu_rows<GELU_POLY, 2>(x, bias, y, rows, cols);
-}
-extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
-bias_gelu_v3_rows8(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
-             int rows, int cols) {
-    bias_gelu_rows<GELU_POLY, 8>(x, bias, y, rows, cols);
-}
-extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
-bias_gelu_erf_rows4(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y,
-             int rows, int cols) {
-    bias_gelu_rows<GELU_ERF, 4>(x, bias, y, rows, cols);
-}
+BIAS_GELU_ROWS_KERNEL(bias_gelu_v3_rows2, GELU_POLY, 2)
+BIAS_GELU_ROWS_KERNEL(bias_gelu_v3_rows8, GELU_POLY, 8)
+BIAS_GELU_ROWS_KERNEL(bias_gelu_erf_rows4, GELU_ERF, 4)
 
 // [[snippet: swiglu_v1]]
 // x [rows, 2H]: gate = x[r, 0:H], up = x[r, H:2H]; y [rows, H]. Output chunk i sits in row r = i / (H/8),
