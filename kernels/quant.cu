@@ -29,6 +29,12 @@
 //                           copies of a stage are worked out once (MarlinCopies), not per stage
 // W4A16 GEMV v4 (batch 1) on the shuffled weights: w4a16_gemv_v4_mma<NTW,WARPS> feeds the biased codes
 // 128 + q to mma.sync (3 shifts + 4 lop3 + 2 HMMA per 8 weights), zero point and scale once per group
+// W4A16 GEMV v5 (batch 1, GPTQ layout): w4a16_gemv_v5_split<BN,ROWS> v1's arithmetic on a split-K grid sized
+//                           for whole waves of 4 CTAs per SM (<= 64 registers), each thread's ROWS weight loads
+//                           issued before its math, deterministic last-CTA reduction
+// W4A16 tensor-core GEMM v3: w4a16_marlin_v3_stripe<MT,NTW,ST> w4a16_marlin's stage and inner loop on a persistent
+//                           grid (SMs x resident CTAs); (tile, group) units striped evenly over the CTAs, partial
+//                           tiles summed in contributor order by the last to arrive
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -590,6 +596,24 @@ __device__ __forceinline__ bool splitk_last_arrival(unsigned* __restrict__ count
 }
 // [[/snippet]]
 
+// The GEMV's column sums, one per thread (`active` for the threads that own a column col < N): stored as
+// bf16 when there is one split, else written to ws [splits, N]; the last split to arrive sums the partials
+// in split order. Every thread of the CTA must call it (splitk_last_arrival has barriers).
+__device__ __forceinline__ void gemv_splitk_store(float sum, bool active, int col, __nv_bfloat16* __restrict__ out,
+                                                  float* __restrict__ ws, unsigned* __restrict__ counter, int split,
+                                                  int splits, int N) {
+    if (splits == 1) {
+        if (active) out[col] = __float2bfloat16_rn(sum);
+        return;
+    }
+    if (active) ws[(size_t)split * N + col] = sum;
+    if (splitk_last_arrival(counter, splits) && active) {
+        float total = 0.f;
+        for (int s = 0; s < splits; ++s) total += __ldcg(ws + (size_t)s * N + col);
+        out[col] = __float2bfloat16_rn(total);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // W4A16 GEMV v2: the same GPTQ tensors and the same arithmetic as v1 (gemv_dot_row), but the
 // weights are streamed through a STAGES-deep cp.async pipeline in shared memory, so the bytes in
@@ -705,16 +729,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) w4a16_gemv_v2_pipelined(
 #pragma unroll
         for (int r = 0; r < ROW_THREADS; ++r) sum += red[r * BN + threadIdx.x];
     }
-    if (splits == 1) {
-        if (threadIdx.x < BN && col < N) out[col] = __float2bfloat16_rn(sum);
-        return;
-    }
-    if (threadIdx.x < BN && col < N) ws[(size_t)split * N + col] = sum;
-    if (splitk_last_arrival(counters + blockIdx.x, splits) && threadIdx.x < BN && col < N) {
-        float total = 0.f;
-        for (int s = 0; s < splits; ++s) total += __ldcg(ws + (size_t)s * N + col);
-        out[col] = __float2bfloat16_rn(total);
-    }
+    gemv_splitk_store(sum, threadIdx.x < BN && col < N, col, out, ws, counters + blockIdx.x, split, splits, N);
 }
 // [[/snippet]]
 
@@ -897,12 +912,11 @@ struct MarlinCopies {
 };
 // [[/snippet]]
 
-// Visit the output pairs a lane owns: f(v0, v1, row * N + col) with the two accumulators of columns col,
-// col + 1, for rows mt*16 + g + 8p < M and columns col0 + 16 j + 8 h < N (col0 = the lane's first column:
-// (first n16 tile of the warp) * 16 + 2t).
+// Visit the output pairs a lane owns: f(v0, v1, row, col) with the two accumulators of columns col, col + 1,
+// for rows mt*16 + g + 8p < M and columns col0 + 16 j + 8 h < cols (col0 = the lane's first column).
 template <int MT, int NTW, typename F>
-__device__ __forceinline__ void marlin_for_each_pair(const float (&acc)[MT][NTW][2][4], int M, int N, int col0,
-                                                     int g, F&& f) {
+__device__ __forceinline__ void marlin_for_each_rc(const float (&acc)[MT][NTW][2][4], int M, int cols, int col0,
+                                                   int g, F&& f) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -912,9 +926,60 @@ __device__ __forceinline__ void marlin_for_each_pair(const float (&acc)[MT][NTW]
 #pragma unroll
                 for (int p = 0; p < 2; ++p) {
                     const int row = mt * 16 + g + 8 * p, col = col0 + 16 * j + 8 * h;
-                    if (row < M && col < N) f(acc[mt][j][h][2 * p], acc[mt][j][h][2 * p + 1], (size_t)row * N + col);
+                    if (row < M && col < cols) f(acc[mt][j][h][2 * p], acc[mt][j][h][2 * p + 1], row, col);
                 }
 }
+
+// The same with f(v0, v1, row * N + col), col0 = (first n16 tile of the warp) * 16 + 2t over all N columns.
+template <int MT, int NTW, typename F>
+__device__ __forceinline__ void marlin_for_each_pair(const float (&acc)[MT][NTW][2][4], int M, int N, int col0,
+                                                     int g, F&& f) {
+    marlin_for_each_rc(acc, M, N, col0, g, [&](float v0, float v1, int row, int col) { f(v0, v1, (size_t)row * N + col); });
+}
+
+// One stage (one group of the CTA's tile) into the accumulators: per k16 step, ldmatrix.x4 the A fragment
+// of each m16 tile; dequantize each owned n16 tile's word into B fragments; 2 mma per (m16, n16) pair.
+// [[snippet: marlin_stage]]
+template <int MT, int NTW>
+__device__ __forceinline__ void marlin_stage_mma(const unsigned char* st, float (&acc)[MT][NTW][2][4]) {
+    using S = MarlinStage<MT, NTW>;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const uint4* sw = reinterpret_cast<const uint4*>(st);
+    const unsigned char* sa = st + S::W_BYTES;
+    const __nv_bfloat16* ss = reinterpret_cast<const __nv_bfloat16*>(st + S::W_BYTES + S::A_BYTES);
+    const unsigned* sz = reinterpret_cast<const unsigned*>(st + S::W_BYTES + S::A_BYTES + S::S_BYTES);
+    __nv_bfloat162 sb[NTW][2], zb[NTW][2];      // (s, s), (128 + z, 128 + z) of columns g and g + 8
+#pragma unroll
+    for (int j = 0; j < NTW; ++j) {
+        const int ntl = warp * NTW + j;
+        sb[j][0] = __bfloat162bfloat162(ss[16 * ntl + g]);
+        sb[j][1] = __bfloat162bfloat162(ss[16 * ntl + g + 8]);
+        zb[j][0] = u32_as_bf162(bf16x2_biased_zero((sz[2 * ntl] >> (4 * g)) & 0xfu));
+        zb[j][1] = u32_as_bf162(bf16x2_biased_zero((sz[2 * ntl + 1] >> (4 * g)) & 0xfu));
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        uint4 wq[NTW];
+#pragma unroll
+        for (int j = 0; j < NTW; ++j) wq[j] = sw[((warp * NTW + j) * 2 + half) * 32 + lane];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const int ks = half * 4 + kk;                        // k16 step within the group
+            unsigned a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {                    // row mt*16 + lane%16, k chunk 2 ks + lane/16
+                const int r = mt * 16 + (lane & 15), c = 2 * ks + (lane >> 4);
+                ldmatrix_x4(a[mt], sa + r * 256 + ((c ^ (r & 7)) * 16));
+            }
+#pragma unroll
+            for (int j = 0; j < NTW; ++j) {
+                const unsigned w = kk == 0 ? wq[j].x : kk == 1 ? wq[j].y : kk == 2 ? wq[j].z : wq[j].w;
+                dequant_mma_n16(w, zb[j], sb[j], a, acc, j);
+            }
+        }
+    }
+}
+// [[/snippet]]
 
 // [[snippet: w4a16_marlin]]
 template <int MT, int NTW, int STAGES>
@@ -952,41 +1017,7 @@ __global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up t
             copies.issue(smem + (nxt % STAGES) * S::BYTES, g_begin + nxt, K, N, qmma, qzeros, scales, A);
         cp_async_commit();
 
-        const unsigned char* st = smem + (i % STAGES) * S::BYTES;
-        const uint4* sw = reinterpret_cast<const uint4*>(st);
-        const unsigned char* sa = st + S::W_BYTES;
-        const __nv_bfloat16* ss = reinterpret_cast<const __nv_bfloat16*>(st + S::W_BYTES + S::A_BYTES);
-        const unsigned* sz = reinterpret_cast<const unsigned*>(st + S::W_BYTES + S::A_BYTES + S::S_BYTES);
-        __nv_bfloat162 sb[NTW][2], zb[NTW][2];  // (s, s), (128 + z, 128 + z) of columns g and g + 8
-#pragma unroll
-        for (int j = 0; j < NTW; ++j) {
-            const int ntl = warp * NTW + j;
-            sb[j][0] = __bfloat162bfloat162(ss[16 * ntl + g]);
-            sb[j][1] = __bfloat162bfloat162(ss[16 * ntl + g + 8]);
-            zb[j][0] = u32_as_bf162(bf16x2_biased_zero((sz[2 * ntl] >> (4 * g)) & 0xfu));
-            zb[j][1] = u32_as_bf162(bf16x2_biased_zero((sz[2 * ntl + 1] >> (4 * g)) & 0xfu));
-        }
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            uint4 wq[NTW];
-#pragma unroll
-            for (int j = 0; j < NTW; ++j) wq[j] = sw[((warp * NTW + j) * 2 + half) * 32 + lane];
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                const int ks = half * 4 + kk;                    // k16 step within the group
-                unsigned a[MT][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {                // row mt*16 + lane%16, k chunk 2 ks + lane/16
-                    const int r = mt * 16 + (lane & 15), c = 2 * ks + (lane >> 4);
-                    ldmatrix_x4(a[mt], sa + r * 256 + ((c ^ (r & 7)) * 16));
-                }
-#pragma unroll
-                for (int j = 0; j < NTW; ++j) {
-                    const unsigned w = kk == 0 ? wq[j].x : kk == 1 ? wq[j].y : kk == 2 ? wq[j].z : wq[j].w;
-                    dequant_mma_n16(w, zb[j], sb[j], a, acc, j);
-                }
-            }
-        }
+        marlin_stage_mma<MT, NTW>(smem + (i % STAGES) * S::BYTES, acc);
     }
     cp_async_wait<0>();
 
@@ -1159,5 +1190,243 @@ __global__ void __launch_bounds__(32 * WARPS, (NTW == 1 ? 768 : 512) / (32 * WAR
         const int tile = blockIdx.x * NTW + threadIdx.x / 16;
         if (tile < ntiles) out[tile * 16 + threadIdx.x % 16] = __float2bfloat16_rn(sum);
     }
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// W4A16 GEMV v5: fill the chip. v1 runs 256 CTAs (N / 32) with 95 registers, 2 CTAs per SM: ~1 eligible
+// warp per scheduler, and each thread works through only 2 groups, so the prologue, the block reduction
+// and the tail of the single partial wave weigh heavily. v5 keeps v1's arithmetic (gemv_dot_row) and
+// changes the shape of the work:
+//  * CTA tile = BN columns x one K split (grid.y = splits), so the grid is tiles x splits CTAs and the
+//    launcher picks splits for whole waves of 4 CTAs per SM; split-K partials meet deterministically
+//    (splitk_last_arrival, as v2 and the Marlin GEMM);
+//  * <= 64 registers (launch bounds 256 x 4): 32 warps per SM, 8 per scheduler;
+//  * a thread takes blocks of ROWS qweight rows (one zero word and 4 scales per block) and issues all
+//    ROWS 16-byte weight loads (ld.global.nc.L1::no_allocate, volatile so they stay ahead of the math)
+//    before it converts any of them.
+// Thread (rt, quad) = (tid / (BN/4), tid % (BN/4)): columns 4 quad .. 4 quad + 3, row blocks rt,
+// rt + RT, ... of the split (RT = 256 / (BN/4) threads share a quad). Requires K % 128 == 0, N % 8 == 0.
+// ---------------------------------------------------------------------------------------------------
+// 16 bytes, read-only path, not allocated in L1 (each weight is read exactly once).
+__device__ __forceinline__ uint4 ld_stream16(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// [[snippet: w4a16_gemv_v5]]
+template <int BN, int ROWS>
+__global__ void __launch_bounds__(GEMV_THREADS, 4) w4a16_gemv_v5_split(
+    const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ x,        // [K]
+    __nv_bfloat16* __restrict__ out,            // [N]
+    float* __restrict__ ws,                     // [splits, N] fp32 partial sums (splits > 1)
+    unsigned* __restrict__ counters,            // [gridDim.x] zero between launches
+    int K, int N) {
+    constexpr int QUADS = BN / 4;                                // column quads per CTA
+    constexpr int RT = GEMV_THREADS / QUADS;                     // threads per quad (row blocks in parallel)
+    constexpr int BLOCKS_PER_GROUP = ROWS_PER_GROUP / ROWS;
+    static_assert(ROWS_PER_GROUP % ROWS == 0 && GEMV_THREADS % QUADS == 0, "ROWS | 16, BN | 1024");
+    __shared__ float red[RT][BN + 1];                            // [row threads, columns] fp32 partials
+    const int quad = threadIdx.x % QUADS, rt = threadIdx.x / QUADS;
+    const int n = blockIdx.x * BN + 4 * quad;                    // this thread's columns n .. n+3
+    const int split = blockIdx.y, splits = gridDim.y;
+    const int blocks = (K / 8) / ROWS;                           // row blocks along K
+    const int b_begin = (int)((long long)split * blocks / splits);
+    const int b_end = (int)((long long)(split + 1) * blocks / splits);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (n < N) {                                                 // N % 8 == 0: n < N implies n + 3 < N
+        const uint4* wp = qweight + (n >> 2);
+        for (int b = b_begin + rt; b < b_end; b += RT) {
+            const int r0 = b * ROWS, grp = b / BLOCKS_PER_GROUP;
+            uint4 wv[ROWS];                                      // [ROWS rows, 4 columns] int32, all in flight
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) wv[r] = ld_stream16(wp + (size_t)(r0 + r) * (N / 4));
+            const unsigned zw = __ldg(qzeros + (size_t)grp * (N / 8) + (n >> 3)) >> ((n & 7) * 4);
+            const uint2 sv = __ldg(reinterpret_cast<const uint2*>(scales + (size_t)grp * N + n));
+            __nv_bfloat162 zb[4];
+            float gacc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int c = 0; c < 4; ++c) zb[c] = u32_as_bf162(bf16x2_biased_zero((zw >> (4 * c)) & 0xfu));
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+                gemv_dot_row(wv[r], __ldg(reinterpret_cast<const uint4*>(x) + r0 + r), zb, gacc);
+            gemv_apply_scales(gacc, sv, acc);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) red[rt][4 * quad + c] = acc[c];
+    __syncthreads();
+    const int col = blockIdx.x * BN + threadIdx.x;
+    float sum = 0.f;
+    if (threadIdx.x < BN) {
+#pragma unroll 8
+        for (int r = 0; r < RT; ++r) sum += red[r][threadIdx.x];  // fixed order: deterministic
+    }
+    gemv_splitk_store(sum, threadIdx.x < BN && col < N, col, out, ws, counters + blockIdx.x, split, splits, N);
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// W4A16 tensor-core GEMM v3: w4a16_marlin's stage, copies and inner loop on a persistent, striped grid
+// (as Marlin's own kernel partitions the work). v2's grid is tiles x splits CTAs: at M = 16, 64 tiles x
+// 4 splits = 256 CTAs for ~400 resident slots (0.65 of a wave), and a split has to be a whole divisor.
+// v3 launches exactly P = SMs x (CTAs per SM) CTAs and linearizes the work into U = tiles x groups units
+// (tile-major: the groups of tile 0, then tile 1, ...); CTA c takes units [c U / P, (c+1) U / P), so every
+// CTA streams the same number of groups (+-1) and the cp.async pipeline runs straight across tile
+// boundaries. When a CTA leaves a tile it flushes its accumulators: directly to C if it covered the
+// whole tile, else as a partial into ws [tiles][max_contrib][M][BN] at its rank among the tile's
+// contributors (the CTAs c_first(T) .. c_last(T), known from the partition); the last contributor to
+// arrive sums the partials in rank order (deterministic) and stores bf16.
+// Requires K % 128 == 0, N % 16 == 0, 1 <= M <= 16 MT (as w4a16_marlin).
+// ---------------------------------------------------------------------------------------------------
+// One thread's copies of one unit (tile T, group g): offsets that do not depend on T or g worked out once.
+template <int MT, int NTW>
+struct MarlinStripeCopies {
+    using S = MarlinStage<MT, NTW>;
+    static constexpr int NW = S::NT_CTA * 64 / 256;             // W uint4 per thread: 2 NTW
+    static constexpr int NA = 16 * MT * 16 / 256;                // A 16-byte chunks per thread: MT
+    int a_src[NA], a_dst[NA];
+    bool a_ok[NA];
+    int side_kind, side_dst, side_off;                           // 0 none, 1 scales chunk, 2 zero word
+
+    __device__ __forceinline__ MarlinStripeCopies(int M, int K) {
+#pragma unroll
+        for (int j = 0; j < NA; ++j) {
+            const int i = threadIdx.x + 256 * j, r = i / 16, c = i % 16;
+            a_ok[j] = r < M;
+            a_src[j] = (a_ok[j] ? r : 0) * K + 8 * c;
+            a_dst[j] = S::W_BYTES + r * 256 + ((c ^ (r & 7)) * 16);
+        }
+        const int t = threadIdx.x;
+        side_kind = side_dst = side_off = 0;
+        if (t < S::S_BYTES / 16) {
+            side_kind = 1;
+            side_off = 8 * t;                                    // column within the tile
+            side_dst = S::W_BYTES + S::A_BYTES + 16 * t;
+        } else if (t < S::S_BYTES / 16 + S::Z_BYTES / 4) {
+            side_kind = 2;
+            side_off = t - S::S_BYTES / 16;                      // zero word within the tile
+            side_dst = S::W_BYTES + S::A_BYTES + S::S_BYTES + 4 * side_off;
+        }
+    }
+
+    __device__ __forceinline__ void issue(unsigned char* st, int T, int g, int K, int N,
+                                          const uint4* __restrict__ qmma, const unsigned* __restrict__ qzeros,
+                                          const __nv_bfloat16* __restrict__ scales,
+                                          const __nv_bfloat16* __restrict__ A) const {
+        const int ntiles = N / 16, kchunks = K / 64;
+        uint4* sw = reinterpret_cast<uint4*>(st) + threadIdx.x;
+#pragma unroll
+        for (int j = 0; j < NW; ++j) {                           // n16 tile T NT_CTA + tid / 64 + 4 j
+            const int tile = T * S::NT_CTA + (int)(threadIdx.x >> 6) + 4 * j;
+            const bool ok = tile < ntiles;
+            cp_async16(sw + 256 * j, qmma + ((size_t)(ok ? tile : 0) * kchunks + 2 * g) * 32 + (threadIdx.x & 63),
+                       ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int j = 0; j < NA; ++j) cp_async16(st + a_dst[j], A + a_src[j] + g * GROUP, a_ok[j] ? 16 : 0);
+        if (side_kind == 1) {
+            const int col = T * S::BN + side_off;
+            cp_async16(st + side_dst, scales + (size_t)g * N + (col < N ? col : 0), col < N ? 16 : 0);
+        } else if (side_kind == 2) {
+            const int word = T * (S::BN / 8) + side_off;
+            cp_async4(st + side_dst, qzeros + (size_t)g * (N / 8) + (word < N / 8 ? word : 0), word < N / 8 ? 4 : 0);
+        }
+    }
+};
+
+// The CTA whose unit range [c U / P, (c+1) U / P) holds unit u.
+__device__ __forceinline__ int stripe_owner(long long u, long long U, int P) {
+    return (int)(((u + 1) * P - 1) / U);
+}
+
+// [[snippet: w4a16_marlin_v3]]
+template <int MT, int NTW, int STAGES>
+__global__ void __launch_bounds__(256, MT <= 2 ? 3 : 2) w4a16_marlin_v3_stripe(
+    const uint4* __restrict__ qmma,             // [N/16, K/64, 32] uint4
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ A,        // [M, K]
+    __nv_bfloat16* __restrict__ C,              // [M, N]
+    float* __restrict__ ws,                     // [tiles, max_contrib, M, BN] fp32 partials
+    unsigned* __restrict__ counters,            // [tiles] zero between launches
+    int M, int K, int N, int max_contrib) {
+    using S = MarlinStage<MT, NTW>;
+    extern __shared__ __align__(16) unsigned char smem[];       // [STAGES][S::BYTES]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int G = K / GROUP, tiles = (N + S::BN - 1) / S::BN, P = gridDim.x, c = blockIdx.x;
+    const long long U = (long long)tiles * G;
+    const long long u0 = (long long)c * U / P, u1 = (long long)(c + 1) * U / P;
+    const int count = (int)(u1 - u0);
+    const MarlinStripeCopies<MT, NTW> copies(M, K);
+    int T_in = (int)(u0 / G), g_in = (int)(u0 % G);              // the next unit to copy (tile, group)
+    auto issue = [&](int s) {                                    // that unit into slot s, then step on
+        copies.issue(smem + s * S::BYTES, T_in, g_in, K, N, qmma, qzeros, scales, A);
+        if (++g_in == G) { g_in = 0; ++T_in; }
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < count) issue(s);
+        cp_async_commit();
+    }
+    float acc[MT][NTW][2][4] = {};
+    int T = (int)(u0 / G), grp = (int)(u0 % G);                  // the unit being computed
+    int seg_begin = grp;                                         // first group of the current tile segment
+
+    for (int i = 0; i < count; ++i) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int nxt = i + STAGES - 1;
+        if (nxt < count) issue(nxt % STAGES);
+        cp_async_commit();
+
+        marlin_stage_mma<MT, NTW>(smem + (i % STAGES) * S::BYTES, acc);
+
+        if (grp != G - 1 && i != count - 1) { ++grp; continue; }   // the segment of tile T goes on
+        // ---- flush tile T: this CTA covered its groups [seg_begin, grp] ----
+        const int colt0 = warp * NTW * 16 + 2 * t;               // lane's first column within the tile
+        const int n0 = T * S::BN;
+        if (seg_begin == 0 && grp == G - 1) {                    // the whole tile: no partner
+            marlin_for_each_rc(acc, M, N - n0, colt0, g, [&](float v0, float v1, int row, int col) {
+                *reinterpret_cast<__nv_bfloat162*>(C + (size_t)row * N + n0 + col) = __floats2bfloat162_rn(v0, v1);
+            });
+        } else {
+            const int c_first = stripe_owner((long long)T * G, U, P);
+            const int c_last = stripe_owner((long long)T * G + G - 1, U, P);
+            float* part = ws + ((size_t)T * max_contrib + (c - c_first)) * M * S::BN;
+            marlin_for_each_rc(acc, M, N - n0, colt0, g, [&](float v0, float v1, int row, int col) {
+                *reinterpret_cast<float2*>(part + (size_t)row * S::BN + col) = make_float2(v0, v1);
+            });
+            if (splitk_last_arrival(counters + T, c_last - c_first + 1)) {
+                const float* base = ws + (size_t)T * max_contrib * M * S::BN;
+                marlin_for_each_rc(acc, M, N - n0, colt0, g, [&](float, float, int row, int col) {
+                    float2 sum = make_float2(0.f, 0.f);
+                    for (int r = 0; r <= c_last - c_first; ++r) {    // rank order: deterministic
+                        const float2 v = __ldcg(reinterpret_cast<const float2*>(base + ((size_t)r * M + row) * S::BN + col));
+                        sum.x += v.x;
+                        sum.y += v.y;
+                    }
+                    *reinterpret_cast<__nv_bfloat162*>(C + (size_t)row * N + n0 + col) = __floats2bfloat162_rn(sum.x, sum.y);
+                });
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < NTW; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[mt][j][h][e] = 0.f;
+        seg_begin = grp = 0;                                     // the next tile starts at group 0
+        ++T;
+    }
+    cp_async_wait<0>();
 }
 // [[/snippet]]

@@ -39,6 +39,9 @@ GEMV_V3_CONFIGS = ((8, 3), (4, 5))                                      # (rows 
 GEMV_V4_CONFIGS = ((1, 4), (1, 8), (2, 8))                                      # (n16 tiles per warp, warps per CTA)
 GEMV_V4_DEFAULT = (1, 4)
 MARLIN_CONFIGS = ((1, 1, 4), (1, 2, 4), (2, 1, 4), (3, 1, 4), (4, 1, 4), (4, 1, 3))   # (m16 tiles, n16/warp, stages)
+GEMV_V5_CONFIGS = ((32, 8), (64, 8), (64, 4))                          # (BN columns, rows per load batch)
+GEMV_V5_DEFAULT = (64, 8)
+MARLIN_V3_CONFIGS = ((1, 1, 4), (1, 1, 6), (1, 2, 4), (2, 1, 4), (3, 1, 4), (4, 1, 3))   # (m16 tiles, n16/warp, stages)
 
 
 def gemv_v2_name(bn: int, stages: int) -> str:
@@ -57,9 +60,18 @@ def marlin_name(mt: int, ntw: int, stages: int) -> str:
     return f"w4a16_marlin<{mt}, {ntw}, {stages}>"
 
 
+def gemv_v5_name(bn: int, rows: int) -> str:
+    return f"w4a16_gemv_v5_split<{bn}, {rows}>"
+
+
+def marlin_v3_name(mt: int, ntw: int, stages: int) -> str:
+    return f"w4a16_marlin_v3_stripe<{mt}, {ntw}, {stages}>"
+
+
 SOURCE = KernelSource("quant.cu", name_expressions=tuple(
     [gemv_v2_name(*c) for c in GEMV_V2_CONFIGS] + [gemv_v3_name(*c) for c in GEMV_V3_CONFIGS]
-    + [gemv_v4_name(*c) for c in GEMV_V4_CONFIGS] + [marlin_name(*c) for c in MARLIN_CONFIGS]))
+    + [gemv_v4_name(*c) for c in GEMV_V4_CONFIGS] + [marlin_name(*c) for c in MARLIN_CONFIGS]
+    + [gemv_v5_name(*c) for c in GEMV_V5_CONFIGS] + [marlin_v3_name(*c) for c in MARLIN_V3_CONFIGS]))
 
 GROUP = 128
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)      # AutoAWQ: nibble i of a word holds column 8c + AWQ_ORDER[i]
@@ -207,6 +219,23 @@ def pack_gptq(q, zeros):
 def pack_awq(q, zeros):
     """AWQ layout: qweight [K, N/8] and qzeros [K/G, N/8], both along N in AWQ_ORDER."""
     return pack_nibbles(q, 1, AWQ_ORDER), pack_nibbles(zeros, 1, AWQ_ORDER)
+
+
+def random_int4_problem(K: int, N: int, xp=None, group: int = GROUP):
+    """Random INT4 codes q uint8 [K, N] in [0, 15], zero points z uint8 [K/group, N] in [0, 15] and bf16
+    group scales s [K/group, N] uniform in [0.005, 0.02]: the inputs the W4A16 tests and benchmarks use.
+
+    ``xp`` is the array module (CuPy by default; NumPy works too, with a NumPy ``Generator`` underneath)."""
+    if xp is None:
+        import cupy as xp
+    if K % group:
+        raise ValueError(f"K = {K} is not a multiple of the group size {group}")
+    rand = xp.random if xp is not np else np.random.default_rng()
+    q = rand.integers(0, 16, (K, N)) if xp is np else rand.randint(0, 16, (K, N), dtype=xp.int32)
+    z = rand.integers(0, 16, (K // group, N)) if xp is np else rand.randint(0, 16, (K // group, N), dtype=xp.int32)
+    s = rand.uniform(0.005, 0.02, (K // group, N)) if xp is np else rand.uniform(0.005, 0.02, (K // group, N),
+                                                                                 dtype=xp.float32)
+    return q.astype(xp.uint8), z.astype(xp.uint8), s.astype(xp.float32).astype(_bf16())
 
 
 # --- cost models -----------------------------------------------------------------------------------
@@ -718,12 +747,123 @@ def launch_marlin(a, qmma, qzeros, scales, out, *, ntw=None, stages=None, splits
     return out
 
 
+# --- W4A16 GEMV v5: split-K over CTAs, <= 64 registers, whole waves ---------------------------------
+
+GEMV_V5_CTAS_PER_SM = 4                    # launch bounds (256, 4): <= 64 registers; smem is ~8 KB
+
+
+def gemv_v5_plan(K: int, N: int, bn: int | None = None, rows: int | None = None, splits: int | None = None,
+                 sms: int = H200_SMS):
+    """(kernel name, grid) of w4a16_gemv_v5_split for a 1 x K x N product. ``splits=None``: the K split that
+    makes tiles x splits closest to whole waves of GEMV_V5_CTAS_PER_SM CTAs per SM."""
+    gemv_check_shapes(K, N)
+    d_bn, d_rows = GEMV_V5_DEFAULT
+    bn, rows = bn or d_bn, rows or d_rows
+    if (bn, rows) not in GEMV_V5_CONFIGS:
+        raise ValueError(f"w4a16_gemv_v5_split: (BN, rows) = {(bn, rows)} is not instantiated; "
+                         f"choose one of {list(GEMV_V5_CONFIGS)}")
+    tiles, blocks = ceil_div(N, bn), K // 8 // rows
+    if splits is None:
+        splits = plan_splits(tiles, blocks, sms, GEMV_V5_CTAS_PER_SM)
+    if not 1 <= splits <= blocks:
+        raise ValueError(f"splits = {splits}: expected 1 .. {blocks} (K / 8 / rows row blocks)")
+    return gemv_v5_name(bn, rows), (tiles, splits, 1)
+
+
+def launch_gemv_v5(x, qweight, qzeros, scales, out, *, bn=None, rows=None, splits=None):
+    """out (1, N) = x (1, K) @ dequant(GPTQ tensors), bf16: v1's arithmetic on a split-K grid of whole waves,
+    <= 64 registers, every row batch's loads issued before its math (w4a16_gemv_v5_split)."""
+    K, N = _gemv_validate(x, qweight, qzeros, scales, out)
+    name, grid = gemv_v5_plan(K, N, bn, rows, splits, sms=_sms())
+    ws = _scratch("ws", grid[1] * N if grid[1] > 1 else 1, np.float32)
+    counters = _scratch("counters", grid[0], np.uint32)
+    SOURCE.function(name)(grid, (THREADS, 1, 1),
+                          (qweight, qzeros, scales, x, out, ws, counters, np.int32(K), np.int32(N)))
+    return out
+
+
+GEMV_VERSIONS = registry(*GEMV_VERSIONS.values(), Version(
+    "w4a16_gemv_v5_split", "v5_split", launch_gemv_v5,
+    "v1's arithmetic; split-K grid of whole waves, <= 64 registers, row batches' loads first"))
+
+
+# --- W4A16 tensor-core GEMM v3: Marlin's stage on a persistent, striped grid -------------------------
+
+MARLIN_V3_DEFAULT = {1: (1, 4), 2: (1, 4), 3: (1, 4), 4: (1, 3)}  # m16 tiles -> (n16 tiles per warp, stages)
+
+
+def marlin_v3_ctas_per_sm(mt: int, ntw: int, stages: int) -> int:
+    """Resident CTAs per SM: the launch bounds' minimum (3 for MT <= 2, else 2) capped by shared memory."""
+    return min(3 if mt <= 2 else 2, ctas_per_sm_by_smem(stages * marlin_stage_bytes(mt, ntw)))
+
+
+def stripe_partition(tiles: int, groups: int, ctas: int) -> tuple[int, int]:
+    """(P, max_contrib) of the striped partition: P = min(ctas, units) CTAs, CTA c owning units
+    [c U / P, (c+1) U / P) of U = tiles x groups (tile-major); max_contrib = the most CTAs sharing a tile."""
+    U = tiles * groups
+    P = max(1, min(ctas, U))
+
+    def owner(u):
+        return ((u + 1) * P - 1) // U
+
+    return P, max(owner(T * groups + groups - 1) - owner(T * groups) + 1 for T in range(tiles))
+
+
+_STRIPE_PLANS: dict = {}
+
+
+def marlin_v3_plan(M: int, K: int, N: int, ntw: int | None = None, stages: int | None = None,
+                   ctas: int | None = None, sms: int = H200_SMS):
+    """(kernel name, grid, dynamic smem bytes, max_contrib) of w4a16_marlin_v3_stripe. ``ctas=None``: one
+    persistent wave, SMs x resident CTAs per SM."""
+    key = (M, K, N, ntw, stages, ctas, sms)
+    if key in _STRIPE_PLANS:
+        return _STRIPE_PLANS[key]
+    mma_check_shapes(M, K, N)
+    if M > MARLIN_MAX_M:
+        raise ValueError(f"M = {M}: w4a16_marlin_v3_stripe keeps all rows of A in one CTA and takes M <= "
+                         f"{MARLIN_MAX_M}; larger batches are compute-bound, use a dense GEMM on dequantized weights")
+    mt = ceil_div(M, 16)
+    d_ntw, d_stages = MARLIN_V3_DEFAULT[mt]
+    ntw, stages = ntw or d_ntw, stages or d_stages
+    if (mt, ntw, stages) not in MARLIN_V3_CONFIGS:
+        avail = [c[1:] for c in MARLIN_V3_CONFIGS if c[0] == mt]
+        raise ValueError(f"w4a16_marlin_v3_stripe: (n16 tiles per warp, stages) = {(ntw, stages)} is not "
+                         f"instantiated for {mt} m16 tiles (M = {M}); choose one of {avail}")
+    if ctas is None:
+        ctas = sms * marlin_v3_ctas_per_sm(mt, ntw, stages)
+    if ctas < 1:
+        raise ValueError(f"ctas = {ctas}: expected at least 1")
+    smem = stages * marlin_stage_bytes(mt, ntw)
+    P, max_contrib = stripe_partition(ceil_div(N, 128 * ntw), K // GROUP, ctas)
+    plan = (marlin_v3_name(mt, ntw, stages), (P, 1, 1), smem, max_contrib)
+    _STRIPE_PLANS[key] = plan
+    return plan
+
+
+def launch_marlin_v3(a, qmma, qzeros, scales, out, *, ntw=None, stages=None, ctas=None):
+    """out (M, N) bf16 = a (M, K) bf16 @ dequant(qmma, qzeros, scales), M <= 64, on a persistent striped
+    grid (w4a16_marlin_v3_stripe)."""
+    M, K, N = _mma_validate(a, qmma, qzeros, scales, out)
+    name, grid, smem, max_contrib = marlin_v3_plan(M, K, N, ntw, stages, ctas, sms=_sms())
+    bn = 128 * (ntw or MARLIN_V3_DEFAULT[ceil_div(M, 16)][0])
+    tiles = ceil_div(N, bn)
+    ws = _scratch("ws", tiles * max_contrib * M * bn, np.float32)
+    counters = _scratch("counters", tiles, np.uint32)
+    _set_smem(SOURCE.function(name), smem)(grid, (THREADS, 1, 1),
+                                           (qmma, qzeros, scales, a, out, ws, counters, np.int32(M), np.int32(K),
+                                            np.int32(N), np.int32(max_contrib)), shared_mem=smem)
+    return out
+
+
 # The GEMM versions, all called as launch(a, qmma, qzeros, scales, out).
 GEMM_VERSIONS = registry(
     Version("w4a16_mma", "mma_marlin_style", launch_mma,
             "shuffled B fragments dequantized in registers; 8 warps split K; weights prefetched one chunk ahead"),
     Version("w4a16_marlin", "v2_marlin", launch_marlin,
             "one group per stage through a cp.async pipeline; A by ldmatrix from swizzled smem; split-K over CTAs"),
+    Version("w4a16_marlin_v3_stripe", "v3_stripe", launch_marlin_v3,
+            "v2's stage on a persistent grid of one wave; (tile, group) units striped evenly over the CTAs"),
 )
 BEST_GEMM = "v2_marlin"
 

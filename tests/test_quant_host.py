@@ -552,7 +552,8 @@ def test_split_planning_and_stage_sizes():
         Q.gemv_v2_plan(1024, 256, bn=32, stages=4)
     every = set(Q.SOURCE.name_expressions)
     assert ({Q.gemv_v2_name(*c) for c in Q.GEMV_V2_CONFIGS} | {Q.gemv_v3_name(*c) for c in Q.GEMV_V3_CONFIGS}
-            | {Q.gemv_v4_name(*c) for c in Q.GEMV_V4_CONFIGS} | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS}) == every
+            | {Q.gemv_v4_name(*c) for c in Q.GEMV_V4_CONFIGS} | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS}
+            | {Q.gemv_v5_name(*c) for c in Q.GEMV_V5_CONFIGS} | {Q.marlin_v3_name(*c) for c in Q.MARLIN_V3_CONFIGS}) == every
     assert all((mt, *Q.MARLIN_DEFAULT[mt]) in Q.MARLIN_CONFIGS for mt in (1, 2, 3, 4))
 
 
@@ -737,3 +738,89 @@ def test_gemv_v4_plan_and_rejections():
         Q.gemv_v4_plan(128, 40)
     with pytest.raises(ValueError, match="not instantiated"):
         Q.gemv_v4_plan(128, 48, ntw=3, warps=8)
+
+
+# --- GEMV v5 and Marlin v3 (striped) planning ---------------------------------------------------------
+
+def test_gemv_v5_plan_fills_whole_waves():
+    name, grid = Q.gemv_v5_plan(8192, 8192)
+    bn, rows = Q.GEMV_V5_DEFAULT
+    assert name == Q.gemv_v5_name(bn, rows) and grid[0] == 8192 // bn
+    assert grid[0] * grid[1] <= 132 * Q.GEMV_V5_CTAS_PER_SM < grid[0] * (grid[1] + 1)
+    assert Q.gemv_v5_plan(128, 40, bn=32, rows=8)[1] == (2, 2, 1)          # 2 row blocks: at most 2 splits
+    assert Q.gemv_v5_plan(1024, 1000, bn=64, rows=4, splits=7)[1] == (16, 7, 1)
+    with pytest.raises(ValueError, match=r"expected 1 \.\. 2"):
+        Q.gemv_v5_plan(128, 40, bn=32, rows=8, splits=3)
+    with pytest.raises(ValueError, match="not instantiated"):
+        Q.gemv_v5_plan(128, 40, bn=128, rows=8)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        Q.gemv_v5_plan(128, 44)
+    assert all(c in Q.GEMV_V5_CONFIGS for c in [Q.GEMV_V5_DEFAULT])
+
+
+def _stripe_owner(u, U, P):
+    return ((u + 1) * P - 1) // U
+
+
+@pytest.mark.parametrize("tiles,groups,ctas", [(64, 64, 396), (1, 1, 396), (3, 8, 5), (7, 3, 20), (2, 9, 2),
+                                               (64, 64, 264), (17, 65, 396)])
+def test_stripe_partition_covers_every_unit_once(tiles, groups, ctas):
+    """The kernel's partition, replayed: every (tile, group) unit belongs to exactly one CTA, a tile's
+    contributors are the consecutive CTAs c_first .. c_last, every rank fits max_contrib, and each CTA's
+    segments (one flush per tile it touches) tile its unit range."""
+    P, max_contrib = Q.stripe_partition(tiles, groups, ctas)
+    U = tiles * groups
+    assert P == min(ctas, U)
+    seen = np.zeros(U, int)
+    ranks = {}
+    for c in range(P):
+        u0, u1 = c * U // P, (c + 1) * U // P
+        assert u1 > u0                                             # every CTA has work
+        T, grp, seg_begin = u0 // groups, u0 % groups, u0 % groups
+        for i in range(u1 - u0):                                   # the kernel's incremental (T, grp)
+            assert (T, grp) == divmod(u0 + i, groups)
+            seen[u0 + i] += 1
+            assert _stripe_owner(u0 + i, U, P) == c
+            if grp != groups - 1 and i != u1 - u0 - 1:
+                grp += 1
+                continue
+            c_first = _stripe_owner(T * groups, U, P)
+            c_last = _stripe_owner(T * groups + groups - 1, U, P)
+            whole = seg_begin == 0 and grp == groups - 1
+            assert whole == (c_first == c_last)
+            assert 0 <= c - c_first < max_contrib and c_first <= c <= c_last
+            ranks.setdefault(T, []).append((c - c_first, seg_begin, grp))
+            seg_begin = grp = 0
+            T += 1
+    assert (seen == 1).all()
+    for T, segs in ranks.items():                                  # ranks 0.. in order, groups contiguous
+        assert [r for r, _, _ in segs] == list(range(len(segs)))
+        assert segs[0][1] == 0 and segs[-1][2] == groups - 1
+        assert all(segs[i][2] + 1 == segs[i + 1][1] for i in range(len(segs) - 1))
+
+
+def test_marlin_v3_plan():
+    name, grid, smem, max_contrib = Q.marlin_v3_plan(16, 8192, 8192)
+    assert name == Q.marlin_v3_name(1, *Q.MARLIN_V3_DEFAULT[1])
+    assert grid == (132 * Q.marlin_v3_ctas_per_sm(1, *Q.MARLIN_V3_DEFAULT[1]), 1, 1)
+    assert smem == Q.MARLIN_V3_DEFAULT[1][1] * Q.marlin_stage_bytes(1, Q.MARLIN_V3_DEFAULT[1][0])
+    assert max_contrib == Q.stripe_partition(64, 64, grid[0])[1]
+    assert Q.marlin_v3_plan(5, 128, 48)[1] == (1, 1, 1)           # one unit: one CTA
+    assert Q.marlin_v3_plan(37, 1024, 272, ctas=7)[1] == (7, 1, 1)
+    assert all((mt, *Q.MARLIN_V3_DEFAULT[mt]) in Q.MARLIN_V3_CONFIGS for mt in (1, 2, 3, 4))
+    with pytest.raises(ValueError, match="M <= 64"):
+        Q.marlin_v3_plan(65, 1024, 256)
+    with pytest.raises(ValueError, match="not instantiated"):
+        Q.marlin_v3_plan(16, 1024, 256, ntw=2, stages=8)
+    with pytest.raises(ValueError, match="ctas"):
+        Q.marlin_v3_plan(16, 1024, 256, ctas=0)
+
+
+def test_random_int4_problem_on_numpy():
+    q, z, s = Q.random_int4_problem(256, 24, xp=np)
+    assert q.shape == (256, 24) and q.dtype == np.uint8 and q.max() <= 15
+    assert z.shape == (2, 24) and z.dtype == np.uint8 and z.max() <= 15
+    assert s.shape == (2, 24) and s.dtype == BF16
+    assert 0.004 <= float(s.astype(np.float32).min()) and float(s.astype(np.float32).max()) <= 0.021
+    with pytest.raises(ValueError, match="group size"):
+        Q.random_int4_problem(200, 8, xp=np)

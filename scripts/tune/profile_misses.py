@@ -25,16 +25,9 @@ def bf16_normal(shape):
     return cupy.random.standard_normal(shape, dtype=cupy.float32).astype(Q.BF16)
 
 
-def int4_problem(K, N):
-    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
-    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
-    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
-    return q, z, s
-
-
 def main(reps: int = 2) -> None:
     K = N = 8192
-    q, z, s = int4_problem(K, N)
+    q, z, s = Q.random_int4_problem(K, N)
     qweight, qzeros = Q.pack_gptq(q, z)
     qmma = Q.pack_mma(q)
     x1, a16 = bf16_normal((1, K)), bf16_normal((16, K))

@@ -16,12 +16,8 @@ def _bf16_normal(shape):
 
 def _int4_problem(K, N):
     """Random INT4 codes q [K, N], zero points z [K/128, N] and bf16 group scales s [K/128, N]."""
-    import cupy
     from kernels import quant as Q
-    q = cupy.random.randint(0, 16, (K, N), dtype=cupy.int32).astype(cupy.uint8)
-    z = cupy.random.randint(0, 16, (K // Q.GROUP, N), dtype=cupy.int32).astype(cupy.uint8)
-    s = cupy.random.uniform(0.005, 0.02, (K // Q.GROUP, N), dtype=cupy.float32).astype(Q.BF16)
-    return q, z, s
+    return Q.random_int4_problem(K, N)
 
 
 @pytest.mark.parametrize("shape", [(37, 1000), (37, 999), (1, 8), (5, 1), (256, 4096)])
@@ -265,3 +261,97 @@ def test_gemv_v4_extreme_activations_and_zero_points():
         out = poisoned((1, N), Q.BF16)
         Q.launch_gemv_v4(x, qmma, qzeros, s, out)
         assert_close(out, Q.gemv_reference(x, qweight, qzeros, s), dtype="bfloat16", name=f"gemv v4 |x| ~ {scale}")
+
+
+# GEMV v5: every (BN, rows) instance and several K splits. K = 128: one group (2 or 4 row blocks, fewer
+# than the threads sharing a quad); 1152 = 9 groups: uneven splits; N = 40, 1000, 4104: partial BN tiles
+# and qzeros rows that are not 16-byte aligned; splits up to the row-block count.
+@pytest.mark.parametrize("K,N", [(128, 40), (1152, 1000), (4224, 4104), (16384, 264), (8192, 8192)])
+def test_gemv_v5_variants_and_splits(K, N):
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q, z, s = _int4_problem(K, N)
+    x = _bf16_normal((1, K))
+    qweight, qzeros = Q.pack_gptq(q, z)
+    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    for bn, rows in Q.GEMV_V5_CONFIGS:
+        blocks = K // 8 // rows
+        for splits in sorted({None, 1, min(3, blocks), min(8, blocks), blocks}, key=lambda v: -1 if v is None else v):
+            out = poisoned((1, N), Q.BF16)
+            Q.launch_gemv_v5(x, qweight, qzeros, s, out, bn=bn, rows=rows, splits=splits)
+            assert_close(out, ref, dtype="bfloat16", name=f"gemv v5 BN={bn} rows={rows} splits={splits} K={K} N={N}")
+    with pytest.raises(ValueError, match="splits"):
+        Q.launch_gemv_v5(x, qweight, qzeros, s, poisoned((1, N), Q.BF16), splits=K // 8 // Q.GEMV_V5_DEFAULT[1] + 1)
+
+
+def test_gemv_v5_is_deterministic_and_extreme_activations():
+    """Split-K partials summed in split order, counters left at zero: bitwise repeatable; large and tiny x."""
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    K, N = 4096, 2048
+    q, z, s = _int4_problem(K, N)
+    qweight, qzeros = Q.pack_gptq(q, z)
+    x = _bf16_normal((1, K))
+    outs = []
+    for _ in range(3):
+        out = poisoned((1, N), Q.BF16)
+        Q.launch_gemv_v5(x, qweight, qzeros, s, out, splits=8)
+        outs.append(out.view(cupy.uint16).copy())
+    assert all(bool((o == outs[0]).all()) for o in outs)
+    for scale in (1e-5, 1e4):
+        xs = (_bf16_normal((1, K)).astype(cupy.float32) * scale).astype(Q.BF16)
+        out = poisoned((1, N), Q.BF16)
+        Q.launch_gemv_v5(xs, qweight, qzeros, s, out)
+        assert_close(out, Q.gemv_reference(xs, qweight, qzeros, s), dtype="bfloat16", name=f"gemv v5 |x| ~ {scale}")
+
+
+# Marlin v3 (striped, persistent): every instance for M = 1 .. 64; the CTA count forced small (each CTA walks
+# several tiles: whole-tile stores and partial flushes in one launch), odd (tiles split unevenly), the
+# automatic one wave, and more CTAs than units (clamped). N = 48, 272, 1040: partial CTA tiles.
+@pytest.mark.parametrize("K,N", [(128, 48), (384, 272), (1152, 1040), (8192, 8192)])
+def test_marlin_v3_matches_the_reference(K, N):
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q, z, s = _int4_problem(K, N)
+    _, qzeros = Q.pack_gptq(q, z)
+    qmma = Q.pack_mma(q)
+    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)   # what the B fragments hold
+    for M in (1, 5, 16, 17, 32, 37, 48, 64):
+        a = _bf16_normal((M, K))
+        ref = a.astype(cupy.float32) @ W
+        mt = -(-M // 16)
+        for _, ntw, stages in [c for c in Q.MARLIN_V3_CONFIGS if c[0] == mt]:
+            for ctas in (None, 1, 3, 7, 100000):
+                out = poisoned((M, N), Q.BF16)
+                Q.launch_marlin_v3(a, qmma, qzeros, s, out, ntw=ntw, stages=stages, ctas=ctas)
+                assert_close(out, ref, dtype="bfloat16",
+                             name=f"marlin v3 M={M} K={K} N={N} NTW={ntw} stages={stages} ctas={ctas}")
+
+
+def test_marlin_v3_is_deterministic_and_rejects():
+    import cupy
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    K, N, M = 4096, 1024, 16
+    q, z, s = _int4_problem(K, N)
+    _, qzeros = Q.pack_gptq(q, z)
+    qmma = Q.pack_mma(q)
+    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)
+    a = _bf16_normal((M, K))
+    outs = []
+    for _ in range(3):
+        out = poisoned((M, N), Q.BF16)
+        Q.launch_marlin_v3(a, qmma, qzeros, s, out, ctas=13)
+        outs.append(out.view(cupy.uint16).copy())
+    assert all(bool((o == outs[0]).all()) for o in outs)
+    for scale in (1e-6, 1e3):
+        a = (_bf16_normal((M, K)).astype(cupy.float32) * scale).astype(Q.BF16)
+        out = poisoned((M, N), Q.BF16)
+        Q.launch_marlin_v3(a, qmma, qzeros, s, out)
+        assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"marlin v3 |a| ~ {scale}")
+    with pytest.raises(ValueError, match="M <= 64"):
+        Q.launch_marlin_v3(_bf16_normal((65, K)), qmma, qzeros, s, poisoned((65, N), Q.BF16))
+    with pytest.raises(ValueError, match="not instantiated"):
+        Q.launch_marlin_v3(_bf16_normal((M, K)), qmma, qzeros, s, poisoned((M, N), Q.BF16), ntw=2, stages=8)
