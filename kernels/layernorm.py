@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from utils.build import KernelSource
+from utils.build import KernelSource, max_active_clusters
 from utils.ops import Version, expect_array, expect_same_device, registry
 
 EPS_LN = 1e-5
@@ -251,6 +251,30 @@ RAW_TUNE_LAYOUTS = {
 }
 RAW_ALL_LAYOUTS = {d: RAW_LAYOUTS[d] + RAW_TUNE_LAYOUTS[d] for d in RAW_LAYOUTS}
 
+# Layouts of the persistent streams (layernorm_v7_stream, rmsnorm_v5_stream): chapter 6's softmax_v9
+# configurations (NC chunks x THREADS per CTA slice, CL CTAs per row) as Layouts: tpr = threads = THREADS,
+# items = NC x VEC values per thread per buffer, cluster = CL; capacity = CL x THREADS x NC x VEC. A CTA's
+# slice is double-buffered in shared memory (2 x 16 x NC x THREADS bytes) and its w (and b) chunks stay in
+# registers (8 per chunk for LayerNorm), so NC <= 8. The grid is not one row group per cluster but as
+# many clusters as fit at once (stream_clusters), each walking rows c, c + G, ...
+def _stream_layouts(configs, vec):
+    return tuple(Layout(t, t, nc * vec, cl) for nc, t, cl in configs)
+
+
+STREAM_LAYOUTS = {
+    # fp32 16384 in two CTAs of 4 chunks: LayerNorm's one CTA of 8 chunks x 512 spills at 128 registers
+    "float32": _stream_layouts(((4, 512, 2), (8, 512, 4), (8, 512, 16)), 4),
+    "bfloat16": _stream_layouts(((8, 256, 1), (8, 512, 2), (8, 512, 8)), 8),
+}
+STREAM_TUNE_LAYOUTS = {
+    "float32": _stream_layouts(((8, 256, 2), (8, 256, 8), (4, 512, 8), (4, 1024, 16)), 4),
+    "bfloat16": _stream_layouts(((4, 512, 1), (8, 256, 4), (4, 512, 4), (8, 256, 16), (4, 512, 16)), 8),
+}
+STREAM_ALL_LAYOUTS = {d: STREAM_LAYOUTS[d] + STREAM_TUNE_LAYOUTS[d] for d in STREAM_LAYOUTS}
+STREAM_MAX_N = STREAM_LAYOUTS["float32"][-1].capacity
+NUM_SMS = 132                    # H200 / H100 SXM: the persistent grid's size when no GPU is asked
+SMEM_PER_SM = 228 * 1024         # shared memory per SM on sm_90
+
 # What the dispatcher launches per (op, dtype, n) for the chapter's widths: (version label, layout),
 # the best of the tune script's measurements (second H200 batch, 2026-11-29: the raw versions won
 # every width; rmsnorm bf16 16384 was a tie with v3_ilp, 65.4 us each). Other widths take the fast
@@ -297,6 +321,30 @@ def raw_layout_for(n: int, dtype: str) -> Layout:
     raise ValueError(f"x: rows of {n} values exceed the longest row the raw layouts hold ({MAX_N})")
 
 
+def stream_layout_for(n: int, dtype: str) -> Layout:
+    """The default stream layout for rows of ``n`` values of ``dtype`` (the first that holds it)."""
+    for lay in STREAM_LAYOUTS[dtype]:
+        if n <= lay.capacity:
+            return lay
+    raise ValueError(f"x: rows of {n} values exceed the longest row the stream layouts hold ({STREAM_MAX_N})")
+
+
+def stream_smem(lay: Layout, dtype: str) -> int:
+    """Dynamic shared memory of a stream CTA: two buffers of the slice (THREADS x ITEMS values)."""
+    return 2 * 16 * lay.threads * (lay.items // VEC16[dtype])
+
+
+def stream_ctas_per_sm(lay: Layout, dtype: str) -> int:
+    """Stream CTAs per SM by threads and shared memory (as stream_min_blocks in row_stream.cuh)."""
+    return max(1, min(2048 // lay.threads, SMEM_PER_SM // (stream_smem(lay, dtype) + 2048)))
+
+
+def stream_clusters(rows: int, lay: Layout, dtype: str, sms: int = NUM_SMS) -> int:
+    """Clusters of a persistent stream grid: as many as fit on ``sms`` SMs at once, at most one per row
+    (the launcher lowers it to the driver's cuOccupancyMaxActiveClusters where that is smaller)."""
+    return max(1, min(rows, sms * stream_ctas_per_sm(lay, dtype) // lay.cluster))
+
+
 def grid_of(rows: int, lay: Layout) -> int:
     """Blocks along x: ceil(rows / rows_per_block) row groups, CLUSTER blocks each."""
     return -(-rows // lay.rows_per_block) * lay.cluster
@@ -330,11 +378,19 @@ KERNELS = {
 FAST_KERNELS = {"layernorm_v4_ilp": 16, "rmsnorm_v3_ilp": 16}   # instantiated for FAST_LAYOUTS
 RAW_KERNELS = {"layernorm_v5_raw": 16, "rmsnorm_v4_raw": 16,      # instantiated for RAW_ALL_LAYOUTS[dtype]
                "layernorm_v6_shift": 16}
+# instantiated for STREAM_ALL_LAYOUTS[dtype]; they take any n (rows that are not 16-byte multiples are
+# gathered element by element), so they count as one value per access for the width check
+STREAM_KERNELS = {"layernorm_v7_stream": 1, "rmsnorm_v5_stream": 1}
 
 
 def _vec(kernel: str, dtype: str) -> int:
     """Values per access of ``kernel`` (the v0 naive kernels, in no table, read one value at a time)."""
     return VEC16[dtype] if {**KERNELS, **FAST_KERNELS, **RAW_KERNELS}.get(kernel, 1) == 16 else 1
+
+
+def stream_name_expression(kernel: str, dtype: str, lay: Layout) -> str:
+    """kernel<T, NC, THREADS, CL> of a stream layout."""
+    return f"{kernel}<{DTYPES[dtype]}, {lay.items // VEC16[dtype]}, {lay.threads}, {lay.cluster}>"
 
 
 def _all_name_expressions() -> tuple[str, ...]:
@@ -359,6 +415,8 @@ SOURCE_FAST = KernelSource("layernorm.cu", name_expressions=tuple(
     name_expression(k, d, _vec(k, d), lay) for k in FAST_KERNELS for d in DTYPES for lay in FAST_LAYOUTS))
 SOURCE_RAW = KernelSource("layernorm.cu", name_expressions=tuple(
     name_expression(k, d, _vec(k, d), lay) for k in RAW_KERNELS for d in DTYPES for lay in RAW_ALL_LAYOUTS[d]))
+SOURCE_STREAM = KernelSource("layernorm.cu", name_expressions=tuple(
+    stream_name_expression(k, d, lay) for k in STREAM_KERNELS for d in DTYPES for lay in STREAM_ALL_LAYOUTS[d]))
 
 
 def function(expr: str):
@@ -367,6 +425,8 @@ def function(expr: str):
         return SOURCE_SPILLING.function(expr)
     if expr.startswith(tuple(RAW_KERNELS)):
         return SOURCE_RAW.function(expr)
+    if expr.startswith(tuple(STREAM_KERNELS)):
+        return SOURCE_STREAM.function(expr)
     return (SOURCE_FAST if expr.startswith(tuple(FAST_KERNELS)) else SOURCE).function(expr)
 
 
@@ -431,7 +491,35 @@ def _plan_rows(op, kernel, x, w, b, y, eps, layout):
     return fn, (grid, 1, 1), (lay.threads, 1, 1), _args(op, x, w, b, y, rows, n, eps)
 
 
+def _plan_stream(op, kernel, x, w, b, y, eps, layout):
+    """(kernel, grid, block, args, smem) of a persistent stream launch, after validating every argument.
+    The grid holds as many clusters as the driver says fit at once (stream_clusters, lowered to
+    cuOccupancyMaxActiveClusters): a cluster beyond them would run after the others, a second wave."""
+    dtype, rows, n = _validate(op, x, w, b, y)
+    lay = stream_layout_for(n, dtype) if layout is None else layout
+    if lay not in STREAM_ALL_LAYOUTS[dtype]:
+        raise ValueError(f"layout {lay} is not instantiated for {kernel} ({dtype}); "
+                         f"pick one of STREAM_ALL_LAYOUTS['{dtype}']")
+    if n > lay.capacity:
+        raise ValueError(f"x: rows of {n} values do not fit layout {lay.name} (capacity {lay.capacity})")
+    from utils.build import prepare_launch
+    smem = stream_smem(lay, dtype)
+    fn = prepare_launch(function(stream_name_expression(kernel, dtype, lay)), lay.cluster, smem)
+    clusters = stream_clusters(rows, lay, dtype)
+    fit = max_active_clusters(fn, lay.threads, smem, lay.cluster)
+    if fit is not None:
+        clusters = min(clusters, fit)
+    return fn, (clusters * lay.cluster, 1, 1), (lay.threads, 1, 1), _args(op, x, w, b, y, rows, n, eps), smem
+
+
 def _plan(op, kernel, x, w, b, y, eps, layout):
+    """(kernel, grid, block, args, dynamic smem bytes) of a launch of ``kernel``."""
+    if kernel in STREAM_KERNELS:
+        return _plan_stream(op, kernel, x, w, b, y, eps, layout)
+    return (*_plan_fixed(op, kernel, x, w, b, y, eps, layout), 0)
+
+
+def _plan_fixed(op, kernel, x, w, b, y, eps, layout):
     if kernel.endswith("_v0_naive"):
         if layout is not None:
             raise ValueError(f"{kernel} has one fixed layout (a block of {NAIVE_THREADS} threads per row)")
@@ -448,17 +536,17 @@ def bind(op: str, label: str, x, w, b, y, eps: float | None = None, layout: Layo
     """
     kernel = VERSIONS[op][label].kernel
     eps = (EPS_LN if op == "layernorm" else EPS_RMS) if eps is None else eps
-    fn, grid, block, args = _plan(op, kernel, x, w, b if op == "layernorm" else None, y, eps, layout)
+    fn, grid, block, args, smem = _plan(op, kernel, x, w, b if op == "layernorm" else None, y, eps, layout)
 
     def launch():
-        fn(grid, block, args)
+        fn(grid, block, args, shared_mem=smem)
     return launch
 
 
 def _ln_launcher(kernel: str):
     def launch(x, w, b, y, eps: float = EPS_LN, layout: Layout | None = None):
-        fn, grid, block, args = _plan("layernorm", kernel, x, w, b, y, eps, layout)
-        fn(grid, block, args)
+        fn, grid, block, args, smem = _plan("layernorm", kernel, x, w, b, y, eps, layout)
+        fn(grid, block, args, shared_mem=smem)
         return y
     launch.__name__ = f"launch_{kernel}"
     launch.__doc__ = f"Launch {kernel}: y = LayerNorm(x) * w + b over rows of x (rows x n)."
@@ -467,8 +555,8 @@ def _ln_launcher(kernel: str):
 
 def _rms_launcher(kernel: str):
     def launch(x, w, y, eps: float = EPS_RMS, layout: Layout | None = None):
-        fn, grid, block, args = _plan("rmsnorm", kernel, x, w, None, y, eps, layout)
-        fn(grid, block, args)
+        fn, grid, block, args, smem = _plan("rmsnorm", kernel, x, w, None, y, eps, layout)
+        fn(grid, block, args, shared_mem=smem)
         return y
     launch.__name__ = f"launch_{kernel}"
     launch.__doc__ = f"Launch {kernel}: y = RMSNorm(x) * w over rows of x (rows x n)."
@@ -490,6 +578,8 @@ LN_VERSIONS = registry(
             "v4 with raw 16-byte chunks in registers, grouped weight loads, several blocks per SM"),
     Version("layernorm_v6_shift", "v6_shift", _ln_launcher("layernorm_v6_shift"),
             "v5 with sums shifted by the row's first value: one reduction (as RMSNorm), RMSNorm's registers"),
+    Version("layernorm_v7_stream", "v7_stream", _ln_launcher("layernorm_v7_stream"),
+            "persistent clusters, each CTA a fixed row slice double-buffered in smem (cp.async), exact stats"),
 )
 
 RMS_VERSIONS = registry(
@@ -503,6 +593,8 @@ RMS_VERSIONS = registry(
             "v2 with 4 accumulators and a register budget sized to the values held"),
     Version("rmsnorm_v4_raw", "v4_raw", _rms_launcher("rmsnorm_v4_raw"),
             "v3 with raw 16-byte chunks in registers, grouped weight loads, several blocks per SM"),
+    Version("rmsnorm_v5_stream", "v5_stream", _rms_launcher("rmsnorm_v5_stream"),
+            "persistent clusters, each CTA a fixed row slice double-buffered in smem (cp.async)"),
 )
 
 VERSIONS = {"layernorm": LN_VERSIONS, "rmsnorm": RMS_VERSIONS}

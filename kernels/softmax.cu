@@ -27,6 +27,10 @@
 //   v8_warp_stream    v2 as a stream: each warp walks RPW rows (grid stride) and issues the loads of
 //                     its next row before the math and stores of the current one, so reads, exp math and
 //                     writes of different rows overlap instead of running as three machine-wide phases.
+//   v9_stream         v6 as a persistent, double-buffered stream: as many clusters as fit at once, each
+//                     walking rows c, c + G, ...; every CTA owns a fixed slice of every row and copies
+//                     the next row's slice into a second shared-memory buffer (cp.async) while it
+//                     reduces and writes the current one, so reads never stop at a barrier or a write.
 //
 // Templates are instantiated by name expression from kernels/softmax.py (softmax_v2_warp_row<float, 8>).
 // The (m, l) state and its merge live in online_softmax.cuh, shared with chapter 15.
@@ -35,6 +39,7 @@
 
 #include "common.cuh"
 #include "online_softmax.cuh"
+#include "row_stream.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -374,34 +379,10 @@ softmax_v4_cluster_row(const T* __restrict__ x, T* __restrict__ y, int cols) {
 // where v2-v4 hold 4 (they widen to fp32 on load). Bytes resident per register double for bf16; the price
 // is a second exponential at the write (y = e^{x - m} / l is recomputed from x instead of rescaled).
 // Elements past the row's end are stored as -inf bits, so they weigh 0 in every pass.
-__device__ __forceinline__ void unpack(const uint4& q, float (&v)[4]) {
-    v[0] = __uint_as_float(q.x); v[1] = __uint_as_float(q.y);
-    v[2] = __uint_as_float(q.z); v[3] = __uint_as_float(q.w);
-}
-__device__ __forceinline__ void unpack(const uint4& q, float (&v)[8]) {
-    const unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {                       // a bf16 is the top half of an fp32: one shift/mask
-        v[2 * k] = __uint_as_float(w[k] << 16);
-        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
-}
-
-// The same unpack through PRMT, for the sum pass. Were both passes to use the one above, the compiler
-// would keep the widened floats of the sum pass alive across the merge for the write pass (common
-// subexpressions), and a bf16 thread would hold 8 registers per chunk again instead of 4.
-__device__ __forceinline__ void unpack_prmt(const uint4& q, float (&v)[4]) { unpack(q, v); }
-__device__ __forceinline__ void unpack_prmt(const uint4& q, float (&v)[8]) {
-    const unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        unsigned lo, hi;
-        asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(w[k]));   // bytes {0, 0, b0, b1}
-        asm("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(hi) : "r"(w[k]));   // bytes {0, 0, b2, b3}
-        v[2 * k] = __uint_as_float(lo);
-        v[2 * k + 1] = __uint_as_float(hi);
-    }
-}
+// unpack (shift / mask) and unpack_prmt (the same through PRMT, for the sum pass) live in
+// row_stream.cuh, shared with chapter 7. The sum pass uses unpack_prmt: were both passes to use unpack,
+// the compiler would keep the widened floats of the sum pass alive across the merge for the write pass
+// (common subexpressions), and a bf16 thread would hold 8 registers per chunk again instead of 4.
 
 // Max of the raw chunks: fp32 widened as is; bf16 compared two at a time on the packed pairs (a bf16 max
 // is exact), so no widened copy of the row exists before the sum pass.
@@ -451,13 +432,10 @@ __device__ __forceinline__ void load_raw(const T* __restrict__ row, int c, int c
     }
 }
 
-// Load NC chunks (first + j * stride) and return the thread's (m_t, l_t); q keeps the raw bits.
+// The thread's (m_t, l_t) over NC raw chunks (wherever they came from: registers for v5-v7, smem for v9).
 template <typename T, int NC>
-__device__ __forceinline__ SoftmaxState softmax_raw_state(const T* __restrict__ row, int first, int stride, int cols,
-                                                          bool vec_ok, uint4 (&q)[NC]) {
+__device__ __forceinline__ SoftmaxState softmax_chunks_state(const uint4 (&q)[NC]) {
     constexpr int VEC = Chunk<T>::VEC;
-#pragma unroll
-    for (int j = 0; j < NC; ++j) load_raw(row, first + j * stride, cols, vec_ok, q[j]);
     const float m_t = raw_max<T, NC>(q);
     const float m_safe = softmax_safe_max(m_t);
     float l_t = 0.f;
@@ -469,6 +447,16 @@ __device__ __forceinline__ SoftmaxState softmax_raw_state(const T* __restrict__ 
         for (int k = 0; k < VEC; ++k) l_t += softmax_exp(v[k], m_safe);
     }
     return {m_t, l_t};
+}
+
+// Load NC chunks (first + j * stride) and return the thread's (m_t, l_t); q keeps the raw bits.
+template <typename T, int NC>
+__device__ __forceinline__ SoftmaxState softmax_raw_state(const T* __restrict__ row, int first, int stride, int cols,
+                                                          bool vec_ok, uint4 (&q)[NC]) {
+    constexpr int VEC = Chunk<T>::VEC;
+#pragma unroll
+    for (int j = 0; j < NC; ++j) load_raw(row, first + j * stride, cols, vec_ok, q[j]);
+    return softmax_chunks_state<T, NC>(q);
 }
 
 // y = e^{x - m} / l from the raw chunks and the row's merged state (a fully masked row gives NaN).
@@ -596,5 +584,80 @@ softmax_v8_warp_stream(const T* __restrict__ x, T* __restrict__ y, int rows, int
         const SoftmaxState row_state = softmax_warp_merge(mine);
         softmax_write<T, NC>(y + (size_t)r * cols, lane, 32, cols, vec_ok, v, mine.m, row_state);
     }
+}
+// [[/snippet]]
+
+// [[snippet: softmax_v9]]
+// v9: a persistent, double-buffered cluster per row. v6 launches one cluster per row, holds the row in
+// registers and runs read -> cluster barrier -> write; every CTA of a wave does the same at the same
+// time, so each of the ~8 waves pays a DRAM read ramp, a barrier and a write ramp with HBM half idle
+// (ncu: 47-68% of DRAM peak at 262144). Here the grid is only as many clusters of CL CTAs as fit on the
+// GPU at once (one or two CTAs per SM), and cluster c walks rows c, c + G, c + 2G, ... (G clusters).
+// A CTA owns the same slice (NC x THREADS chunks) of every row it touches and keeps TWO copies of that
+// slice in shared memory: while it reduces and writes row r from buffer b, the cp.async copies of row
+// r + G are already landing in buffer b ^ 1. Reads never stop for the barrier or the writes, and every
+// SM has a whole slice (32-64 KiB) of reads in flight, above the ~35 KiB per SM that Little's law asks
+// at 4.3 TB/s and ~1 us of latency.
+// Per row: the thread's (m, l) over its chunks in smem, the block merge (one __syncthreads), the
+// block's state into a parity slot, ONE cluster barrier, every warp merges the CL slots over DSMEM (the
+// same order everywhere: the same bits), then y = e^{x - m} / l from smem with streaming stores. The
+// parity slots make one barrier per row enough: a slot is rewritten two rows later, after every CTA of
+// the cluster has passed the next row's barrier, hence finished reading it.
+template <typename T, int NC, int THREADS, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, (stream_min_blocks<NC, THREADS>()))
+softmax_v9_stream(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+    using Slice = RowSlice16<T, NC, THREADS>;
+    constexpr int VEC = Slice::VEC;
+    constexpr unsigned PAD = sizeof(T) == 4 ? 0xff800000u : 0xff80u;   // -inf: weight 0
+    extern __shared__ uint4 slice_buf[];        // [2, NC * THREADS] chunks: the double buffer
+    __shared__ SoftmaxState scratch[THREADS / 32];
+    __shared__ SoftmaxState block_state[2];     // parity slots, read by the whole cluster
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = CL > 1 ? (int)cluster.block_rank() : 0;
+    const int n_clusters = gridDim.x / CL;
+    const int first = rank * Slice::CHUNKS;     // this CTA's first chunk of every row
+    const bool vec_ok = cols % VEC == 0;
+    const int lane = threadIdx.x % 32;
+
+    int r = blockIdx.x / CL;                    // this cluster's first row
+    Slice::issue(slice_buf, x + (size_t)r * cols, first, cols, vec_ok, PAD, r >= rows);
+    int p = 0;                                  // buffer and slot parity of row r
+    for (; r < rows; r += n_clusters, p ^= 1) {
+        const uint4* buf = slice_buf + p * Slice::CHUNKS;
+        const int r_next = r + n_clusters;      // prefetch: the next row into the other buffer
+        Slice::issue(slice_buf + (p ^ 1) * Slice::CHUNKS, x + (size_t)r_next * cols, first, cols, vec_ok, PAD,
+                     r_next >= rows);
+        cp_async_wait<1>();                     // this thread's copies of row r have landed
+
+        uint4 q[NC];                            // [NC] raw chunks of this thread, from smem
+#pragma unroll
+        for (int j = 0; j < NC; ++j) q[j] = Slice::get(buf, j);
+        const SoftmaxState bs = softmax_block_merge<THREADS>(softmax_chunks_state<T, NC>(q), scratch);
+        SoftmaxState row_state = bs;
+        if constexpr (CL > 1) {
+            if (threadIdx.x == 0) block_state[p] = bs;
+            cluster.sync();                     // every CTA's state of row r is published
+            SoftmaxState s = softmax_state_empty();
+            if (lane < CL) s = *cluster.map_shared_rank(&block_state[p], lane);   // DSMEM read
+            row_state = softmax_warp_merge(s);
+        } else {
+            __syncthreads();                    // scratch is rewritten by the next row's merge
+        }
+
+        const float m_safe = softmax_safe_max(row_state.m);
+        const float inv_l = softmax_inv_sum(row_state);   // fully masked row: NaN, as torch
+        T* y_row = y + (size_t)r * cols;
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            float v[VEC];
+            unpack(Slice::get(buf, j), v);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) v[k] = softmax_exp(v[k], m_safe) * inv_l;
+            const int e0 = Slice::col(first, j);
+            if (e0 < cols) scatter_chunk(y_row, e0, cols, vec_ok, pack_raw(v));
+        }
+    }
+    cp_async_wait<0>();                         // no copy may land after the CTA has exited
+    if constexpr (CL > 1) cluster.sync();       // keep our slots alive until the cluster's last reads
 }
 // [[/snippet]]

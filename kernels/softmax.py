@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from utils.build import KernelSource
+from utils.build import PORTABLE_CLUSTER, KernelSource, max_active_clusters  # noqa: F401 (S.PORTABLE_CLUSTER)
 from utils.ops import Version, expect_array, expect_same_device, registry
 
 try:                                     # bf16 on the host side; present wherever CuPy handles bf16
@@ -71,9 +71,24 @@ V8_DEFAULT = {"float32": ((8, 4, 5, 4),),
               "bfloat16": ((4, 4, 4, 4),)}
 V8_EXTRA = {"float32": (),
             "bfloat16": ((4, 2, 12, 3),)}
+# v9 configurations, (NC chunks per thread per buffer, THREADS, CL): a CTA's slice of a row is
+# NC x THREADS 16-byte chunks, double-buffered in shared memory (2 x 16 x NC x THREADS bytes), and a row
+# is CL slices. From the arithmetic, not yet measured: a slice of 64 KiB (512 threads x 8 chunks) is
+# 128 KiB of smem, one CTA per SM and 64 KiB of reads in flight per SM; a slice of 32 KiB (256 x 8 or
+# 512 x 4) fits two or three CTAs per SM with the same bytes in flight and more CTAs to overlap one's
+# barrier with another's copies. fp32 262144 (1 MiB rows) needs CL = 16 for 64 KiB slices (non-portable);
+# bf16 262144 takes CL = 8 x 64 KiB or 16 x 32 KiB; 65536 CL = 2-8; 16384 CL = 1-2 (no cluster barrier).
+# NC stays at 8 or below: the norm kernels of chapter 7 keep w (and b) of their slice in registers.
+V9_DEFAULT = {"float32": ((8, 512, 1), (8, 512, 4), (8, 512, 16)),
+              "bfloat16": ((8, 256, 1), (8, 512, 2), (8, 512, 8))}
+V9_EXTRA = {"float32": ((8, 256, 2), (8, 256, 8), (4, 512, 8), (4, 1024, 16)),
+            "bfloat16": ((4, 512, 1), (8, 256, 4), (4, 512, 4), (8, 256, 16), (4, 512, 16))}
 RAW_TABLES = {"v5_block_raw": (V5_DEFAULT, V5_EXTRA), "v6_cluster_raw": (V6_DEFAULT, V6_EXTRA),
-              "v7_warp_raw": (V7_DEFAULT, V7_EXTRA), "v8_warp_stream": (V8_DEFAULT, V8_EXTRA)}
-PORTABLE_CLUSTER = 8             # larger clusters need the non-portable attribute (set by the launcher)
+              "v7_warp_raw": (V7_DEFAULT, V7_EXTRA), "v8_warp_stream": (V8_DEFAULT, V8_EXTRA),
+              "v9_stream": (V9_DEFAULT, V9_EXTRA)}
+# Clusters above PORTABLE_CLUSTER (8) need the non-portable attribute: utils.build.prepare_launch sets it.
+NUM_SMS = 132                    # H200 / H100 SXM: the persistent grid's size when no GPU is asked
+SMEM_PER_SM = 228 * 1024         # shared memory per SM on sm_90 (1 KiB of it reserved per resident block)
 
 
 def _dtypes():
@@ -144,6 +159,8 @@ class Launch:
     kernel: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    smem: int = 0                # dynamic shared memory (bytes)
+    cluster: int = 0             # blocks per cluster when not implied by the grid (v9), else 0
 
 
 def kname(base: str, dtype, *params: int) -> str:
@@ -225,6 +242,27 @@ def max_cols(version: str, dtype) -> int | None:
             "v4_cluster_row": V4_CLUSTERS[-1] * V4_THREADS * V4_ELEMS[-1]}.get(version)
 
 
+def stream_smem(dtype, config: tuple) -> int:
+    """Dynamic shared memory of a v9 CTA: two buffers of NC x THREADS 16-byte chunks."""
+    nc, threads, _ = config
+    return 2 * 16 * nc * threads
+
+
+def stream_ctas_per_sm(dtype, config: tuple) -> int:
+    """v9 CTAs one SM holds by threads and shared memory (the registers are ptxas's, checked by the
+    tuning script): the double buffer plus ~1 KiB of static slots and the per-block reservation."""
+    _, threads, _ = config
+    return max(1, min(2048 // threads, SMEM_PER_SM // (stream_smem(dtype, config) + 2048)))
+
+
+def stream_clusters(rows: int, dtype, config: tuple, sms: int = NUM_SMS) -> int:
+    """Clusters of the persistent v9 grid: as many as fit on ``sms`` SMs at once, at most one per row.
+    The launcher lowers this to the driver's cuOccupancyMaxActiveClusters where that is smaller (a
+    cluster of 16 must fit in one GPC, and GPCs do not all have 16 free SMs)."""
+    cl = config[2]
+    return max(1, min(rows, sms * stream_ctas_per_sm(dtype, config) // cl))
+
+
 def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = None) -> list[Launch]:
     """The launches of ``version`` for a rows x cols input (pure function, tested on the CPU).
     ``config`` picks a non-default instance of v5/v6/v7 (see :func:`raw_config`)."""
@@ -238,6 +276,11 @@ def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = N
         nc, rows_per_block, min_blocks, rpw = raw_config(version, cols, dtype, config)
         return [Launch(kname("softmax_v8_warp_stream", dtype, nc, rows_per_block, min_blocks),
                        (ceil_div(rows, rows_per_block * rpw), 1, 1), (32 * rows_per_block, 1, 1))]
+    if version == "v9_stream":
+        cfg = raw_config(version, cols, dtype, config)
+        nc, t, cl = cfg
+        return [Launch(kname("softmax_v9_stream", dtype, nc, t, cl), (stream_clusters(rows, dtype, cfg) * cl, 1, 1),
+                       (t, 1, 1), smem=stream_smem(dtype, cfg), cluster=cl)]
     if version == "v5_block_raw":
         nc, t = raw_config(version, cols, dtype, config)
         return [Launch(kname("softmax_v5_block_raw", dtype, nc, t), (rows, 1, 1), (t, 1, 1))]
@@ -335,7 +378,7 @@ def thread_elements(version: str, cols: int, dtype) -> np.ndarray:
         nc, threads, stride = elems // v, cl * V4_THREADS, V4_THREADS
         rank, t = np.divmod(np.arange(threads), V4_THREADS)
         firsts = rank * nc * V4_THREADS + t
-    elif version in ("v5_block_raw", "v6_cluster_raw"):
+    elif version in ("v5_block_raw", "v6_cluster_raw", "v9_stream"):
         cfg = raw_config(version, cols, dtype)
         nc, tpb, cl = cfg[0], cfg[1], (cfg[2] if len(cfg) == 3 else 1)
         threads, stride = cl * tpb, tpb
@@ -420,25 +463,33 @@ def block_row_bytes(ln: Launch, cols: int, dtype) -> int:
     return rows_per_block * ceil_div(cols, cluster_size(ln)) * np.dtype(dtype).itemsize
 
 
-_WARP_VERSIONS = ("v2_warp_row", "v7_warp_raw", "v8_warp_stream")        # kernels that take (x, y, rows, cols)
-_NON_PORTABLE = {}                                      # kernel name -> the function object set up
+# kernels that take (x, y, rows, cols)
+_WARP_VERSIONS = ("v2_warp_row", "v7_warp_raw", "v8_warp_stream", "v9_stream")
 
 
 def cluster_size(ln: Launch) -> int:
     """Blocks per cluster of a launch (1 for the versions without clusters)."""
+    if ln.cluster:
+        return ln.cluster
     return ln.grid[0] if "cluster" in ln.kernel else 1
 
 
 def _function(ln: Launch):
-    """The kernel of a launch. A cluster larger than the portable 8 (v6 with CL = 16) only launches
-    once the function allows non-portable cluster sizes (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_
-    ALLOWED = 14); the attribute is set once per loaded function."""
-    fn = SOURCE.function(ln.kernel)
-    if cluster_size(ln) > PORTABLE_CLUSTER and _NON_PORTABLE.get(ln.kernel) is not fn:
-        import cupy
-        cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, 14, 1)
-        _NON_PORTABLE[ln.kernel] = fn
-    return fn
+    """The kernel of a launch, with the attributes it needs set once per loaded function (through
+    utils.build.prepare_launch): non-portable cluster sizes for v6 / v9 with CL = 16, and more than
+    48 KB of dynamic shared memory for v9's double buffer."""
+    return SOURCE.launchable(ln.kernel, cluster_size(ln), ln.smem)
+
+
+def _resident(ln: Launch, fn) -> Launch:
+    """A persistent launch (v9) with its grid lowered to the clusters the driver says fit at once:
+    a cluster beyond them would run after the others, a second wave of one cluster's rows."""
+    if not ln.cluster:
+        return ln
+    fit = max_active_clusters(fn, ln.block[0], ln.smem, ln.cluster)
+    if fit is None or fit * ln.cluster >= ln.grid[0]:
+        return ln
+    return dataclasses.replace(ln, grid=(fit * ln.cluster, 1, 1))
 
 
 def _launcher(version: str):
@@ -455,7 +506,9 @@ def _launcher(version: str):
             k_norm(launches[2].grid, launches[2].block, (x, m, l, y, c))
         elif version in _WARP_VERSIONS:
             (ln,) = launches
-            _function(ln)(ln.grid, ln.block, (x, y, np.int32(rows), c))
+            fn = _function(ln)
+            ln = _resident(ln, fn)
+            fn(ln.grid, ln.block, (x, y, np.int32(rows), c), shared_mem=ln.smem)
         else:
             (ln,) = launches
             _function(ln)(ln.grid, ln.block, (x, y, c))
@@ -483,8 +536,9 @@ def bind(version: str, x, y, config: tuple | None = None):
         return run
     (ln,) = launches
     k = _function(ln)
+    ln = _resident(ln, k)
     args = (x, y, np.int32(rows), c) if version in _WARP_VERSIONS else (x, y, c)
-    return lambda: k(ln.grid, ln.block, args)
+    return lambda: k(ln.grid, ln.block, args, shared_mem=ln.smem)
 
 
 VERSIONS = registry(
@@ -506,6 +560,8 @@ VERSIONS = registry(
             "v2 with raw chunks and a register cap: every short bf16 row of a small input in flight at once"),
     Version("softmax_v8_warp_stream", "v8_warp_stream", _launcher("v8_warp_stream"),
             "v2 as a stream: each warp walks several rows, loading the next while computing and writing one"),
+    Version("softmax_v9_stream", "v9_stream", _launcher("v9_stream"),
+            "persistent clusters, each CTA a fixed row slice double-buffered in smem (cp.async): reads never stop"),
 )
 
 

@@ -212,6 +212,12 @@ def test_every_launchable_kernel_is_instantiated():
             for lay in L.RAW_ALL_LAYOUTS[dtype]:
                 assert L.name_expression(kernel, dtype, L._vec(kernel, dtype), lay) in raw
     assert not raw & (fast | exprs) and L.SOURCE_RAW.spill_free
+    stream = set(L.SOURCE_STREAM.name_expressions)
+    for kernel in L.STREAM_KERNELS:
+        for dtype in L.DTYPES:
+            for lay in L.STREAM_ALL_LAYOUTS[dtype]:
+                assert L.stream_name_expression(kernel, dtype, lay) in stream
+    assert not stream & (raw | fast | exprs) and L.SOURCE_STREAM.spill_free
 
 
 def test_naive_kernels_read_one_value_at_a_time():
@@ -248,7 +254,8 @@ def test_tuned_entries_are_launchable():
     """Every TUNED (version, layout) names a version of its op and a layout instantiated for it."""
     for (op, dtype, n), (label, lay) in L.TUNED.items():
         kernel = L.VERSIONS[op][label].kernel
-        allowed = L.RAW_ALL_LAYOUTS[dtype] if kernel in L.RAW_KERNELS else L.FAST_LAYOUTS
+        allowed = (L.RAW_ALL_LAYOUTS[dtype] if kernel in L.RAW_KERNELS else
+                   L.STREAM_ALL_LAYOUTS[dtype] if kernel in L.STREAM_KERNELS else L.FAST_LAYOUTS)
         assert lay in allowed and lay.capacity >= n and n % L.VEC16[dtype] == 0
         dt = L._bf16() if dtype == "bfloat16" else np.float32
         assert L.pick(op, n, dt) == label and L.pick_layout(op, n, dt) == lay
@@ -335,3 +342,49 @@ def test_bind_validates_before_returning_a_launcher():
         L.bind("rmsnorm", "v0_naive", F((4, 8)), F((8,)), None, F((4, 8)), layout=L.LAYOUTS[0])
     with pytest.raises(KeyError):
         L.bind("layernorm", "v9_missing", F((4, 8)), F((8,)), F((8,)), F((4, 8)))
+
+
+# --- the persistent streams (layernorm_v7_stream, rmsnorm_v5_stream) -------------------------------
+
+def stream_columns(n: int, lay: L.Layout, vec: int) -> np.ndarray:
+    """Columns a stream CTA writes: rank r's slice starts at chunk r * THREADS * NC; thread t holds chunks
+    t + j * THREADS of it; chunk c covers columns c * VEC .. c * VEC + VEC - 1 (those below n)."""
+    nc = lay.items // vec
+    r, t, j, k = np.meshgrid(np.arange(lay.cluster), np.arange(lay.threads), np.arange(nc), np.arange(vec),
+                             indexing="ij")
+    col = ((r * lay.threads * nc + t + j * lay.threads) * vec + k).ravel()
+    return col[col < n]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_stream_layouts(dtype):
+    vec = L.VEC16[dtype]
+    caps = [lay.capacity for lay in L.STREAM_LAYOUTS[dtype]]
+    assert caps == sorted(caps) and caps[-1] == L.MAX_N == L.STREAM_MAX_N
+    assert len(set(L.STREAM_ALL_LAYOUTS[dtype])) == len(L.STREAM_ALL_LAYOUTS[dtype])
+    for lay in L.STREAM_ALL_LAYOUTS[dtype]:
+        nc = lay.items // vec
+        assert lay.items % vec == 0 and nc <= 8 and lay.tpr == lay.threads and lay.cluster in (1, 2, 4, 8, 16)
+        assert L.stream_smem(lay, dtype) == 2 * 16 * nc * lay.threads <= 227 * 1024
+        for n in (lay.capacity, lay.capacity - 3, lay.capacity // 3 + 5, 1):
+            cols = stream_columns(n, lay, vec)
+            assert cols.size == n and np.array_equal(np.sort(cols), np.arange(n))
+        for rows in (1, 37, 199, 128, 8192):
+            clusters = L.stream_clusters(rows, lay, dtype)
+            assert 1 <= clusters <= rows
+            assert clusters * lay.cluster <= L.NUM_SMS * L.stream_ctas_per_sm(lay, dtype)
+    for n in (1, 7, 1000, 4096, 65536, 262144 - 3, 262144):
+        assert n <= L.stream_layout_for(n, dtype).capacity
+    with pytest.raises(ValueError, match="exceed"):
+        L.stream_layout_for(L.MAX_N + 8, dtype)
+
+
+def test_stream_versions_take_any_width_but_only_their_layouts():
+    # no multiple-of-VEC rule (rows that are not 16-byte multiples are gathered element by element)
+    assert L._vec("layernorm_v7_stream", "float32") == 1 and L._vec("rmsnorm_v5_stream", "bfloat16") == 1
+    with pytest.raises(ValueError, match="not instantiated for layernorm_v7_stream"):
+        L.LN_VERSIONS["v7_stream"].launch(F((2, 1024)), F((1024,)), F((1024,)), F((2, 1024)), layout=L.LAYOUTS[0])
+    lay = L.STREAM_LAYOUTS["float32"][0]
+    n = lay.capacity + 4
+    with pytest.raises(ValueError, match="do not fit"):
+        L.RMS_VERSIONS["v5_stream"].launch(F((2, n)), F((n,)), F((2, n)), layout=lay)

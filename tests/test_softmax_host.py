@@ -99,7 +99,7 @@ def test_every_geometry_is_an_instantiated_template(cols, dtype):
 @pytest.mark.parametrize("cols", [1, 7, 33, 1000, 1024, 2048, 4097, 16384, 20000, 65536, 262144])
 def test_register_versions_hold_every_element_exactly_once(cols, dtype):
     for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw",
-                  "v7_warp_raw", "v8_warp_stream"):
+                  "v7_warp_raw", "v8_warp_stream", "v9_stream"):
         if not S.supports(label, cols, dtype):
             continue
         idx = S.thread_elements(label, cols, dtype)
@@ -120,7 +120,7 @@ def test_v2_warp_accesses_are_contiguous_per_instruction():
 
 
 @pytest.mark.parametrize("label", ["v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw",
-                                   "v6_cluster_raw", "v7_warp_raw", "v8_warp_stream"])
+                                   "v6_cluster_raw", "v7_warp_raw", "v8_warp_stream", "v9_stream"])
 @pytest.mark.parametrize("shape", [(3, 7), (2, 33), (2, 1000), (1, 1), (2, 4097)])
 def test_simulated_algorithm_matches_the_reference(label, shape, rng):
     if not S.supports(label, shape[1], np.float32):
@@ -136,7 +136,7 @@ def test_simulated_algorithm_on_masked_rows_and_large_logits():
     x[1, 65] = 2.0                                       # one survivor, held by a late thread
     x[2] = np.linspace(-1e4, 1e4, 70).astype(np.float32)   # large logits
     for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw",
-                  "v7_warp_raw", "v8_warp_stream"):
+                  "v7_warp_raw", "v8_warp_stream", "v9_stream"):
         y = S.simulate(label, x)
         assert np.all(np.isnan(y[0]))
         assert y[1, 65] == 1.0 and np.all(np.delete(y[1], 65) == 0)
@@ -218,6 +218,9 @@ def test_every_raw_config_is_instantiated_and_holds_its_rows(dtype):
                 elif version in ("v7_warp_raw", "v8_warp_stream"):
                     assert ln.block == (32 * cfg[1], 1, 1) and ln.grid == (1, 1, 1)
                     assert S.cluster_size(ln) == 1
+                elif version == "v9_stream":          # 3 rows: one cluster per row, at most
+                    assert ln.grid == (3 * cfg[2], 1, 1) and ln.block == (cfg[1], 1, 1)
+                    assert S.cluster_size(ln) == cfg[2] and ln.smem == 2 * 16 * cfg[0] * cfg[1]
                 else:
                     assert ln.block == (cfg[1], 1, 1)
             with pytest.raises(ValueError, match="holds at most"):
@@ -271,3 +274,37 @@ def test_plan_covers_every_row_length_with_a_supporting_version():
             v = S.plan(5, cols, dtype)
             assert S.supports(v, cols, dtype)
             S.geometry(v, 5, cols, dtype)
+
+
+def test_v9_stream_geometry_is_persistent_and_fits_shared_memory():
+    # the persistent grid: as many clusters as fit on 132 SMs (by threads and shared memory), never more
+    # than rows; each CTA's double buffer within the 227 KiB a block may have; clusters of at most 16
+    for dtype in DTYPES:
+        for cfg in S.raw_configs("v9_stream", dtype):
+            nc, threads, cl = cfg
+            smem = S.stream_smem(dtype, cfg)
+            assert smem <= 227 * 1024 and cl in (1, 2, 4, 8, 16) and nc <= 8
+            per_sm = S.stream_ctas_per_sm(dtype, cfg)
+            assert per_sm * (smem + 2048) <= S.SMEM_PER_SM and per_sm * threads <= 2048
+            for rows in (1, 37, 199, 128, 1024, 8192):
+                (ln,) = S.geometry("v9_stream", rows, S.capacity("v9_stream", dtype, cfg), dtype, cfg)
+                clusters = ln.grid[0] // cl
+                assert ln.grid[0] % cl == 0 and 1 <= clusters <= rows
+                assert clusters * cl <= S.NUM_SMS * per_sm
+                # cluster c walks rows c, c + G, ...: every row exactly once
+                walked = sorted(r for c in range(clusters) for r in range(c, rows, clusters))
+                assert walked == list(range(rows))
+    # the bar shapes' long rows: the default holds the row, every SM is busy
+    (ln,) = S.geometry("v9_stream", 128, 262144, np.float32)
+    assert ln.cluster == 16 and ln.block == (512, 1, 1) and ln.smem == 128 * 1024 and ln.grid[0] == 128
+    if BF16 is not None:
+        (ln,) = S.geometry("v9_stream", 128, 262144, BF16)
+        assert ln.cluster == 8 and ln.grid[0] == 128
+
+
+def test_v9_kernel_source_matches_the_host_arithmetic():
+    # stream_ctas_per_sm in Python mirrors stream_min_blocks in row_stream.cuh (228 KiB, 2 KiB per CTA)
+    from utils.paths import INCLUDE
+    src = (INCLUDE / "row_stream.cuh").read_text()
+    assert "(228 * 1024) / (2 * 16 * NC * THREADS + 2048)" in src
+    assert S.SMEM_PER_SM == 228 * 1024

@@ -81,6 +81,11 @@ class KernelSource:
         _functions[(self, name)] = (_stat_signature(comp.inputs), comp.inputs, fn)
         return fn
 
+    def launchable(self, name: str, cluster: int = 1, dynamic_smem: int = 0):
+        """:meth:`function`, with the function attributes a launch of ``cluster`` blocks per cluster and
+        ``dynamic_smem`` bytes of dynamic shared memory needs (see :func:`prepare_launch`)."""
+        return prepare_launch(self.function(name), cluster, dynamic_smem)
+
     def ptxas(self) -> dict[str, dict]:
         """Per-kernel ptxas report: registers, shared memory, stack, spills."""
         return compile_source(self).report
@@ -341,3 +346,51 @@ def _note_inputs(src: KernelSource, inputs: tuple[Path, ...]) -> None:
     with open(log, "a") as f:
         for p in files:
             f.write(str(p.resolve().relative_to(REPO)) + "\n")
+
+
+# --- launch attributes: clusters above the portable size, dynamic shared memory above 48 KB ---------
+
+PORTABLE_CLUSTER = 8                       # blocks per cluster every sm_90 launch may use
+_NON_PORTABLE_CLUSTER_ATTR = 14            # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+_prepared: dict[int, tuple] = {}           # id(function) -> (function, cluster allowed, smem allowed)
+
+
+def prepare_launch(fn, cluster: int = 1, dynamic_smem: int = 0):
+    """Set, once per loaded function, what CuPy's plain cuLaunchKernel needs for this launch: a cluster
+    larger than the portable 8 (a kernel compiled with ``__cluster_dims__(16, 1, 1)``) only launches
+    once the function allows non-portable cluster sizes; more than 48 KB of dynamic shared memory only
+    once the function's maximum is raised. Returns ``fn``. Op-agnostic: every op family with cluster
+    or large-smem kernels launches through here."""
+    fn_prev, cl_ok, smem_ok = _prepared.get(id(fn), (fn, PORTABLE_CLUSTER, 48 * 1024))
+    if fn_prev is not fn:                  # a new function object reused an id: start over
+        cl_ok, smem_ok = PORTABLE_CLUSTER, 48 * 1024
+    if cluster > cl_ok:
+        import cupy
+        cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER_ATTR, 1)
+        cl_ok = cluster
+    if dynamic_smem > smem_ok:
+        if fn.max_dynamic_shared_size_bytes < dynamic_smem:
+            fn.max_dynamic_shared_size_bytes = int(dynamic_smem)
+        smem_ok = dynamic_smem
+    _prepared[id(fn)] = (fn, cl_ok, smem_ok)
+    return fn
+
+
+def max_active_clusters(fn, block: int, dynamic_smem: int = 0, cluster: int = 1) -> int | None:
+    """How many clusters of a kernel compiled with ``__cluster_dims__`` fit on the device at once
+    (``cuOccupancyMaxActiveClusters``: blocks per SM from registers and shared memory, and how
+    clusters pack into GPCs), for sizing a persistent grid; None where the driver cannot say (then the
+    caller falls back on its own estimate). Call after :func:`prepare_launch`."""
+    try:
+        from cuda.bindings import driver as cu
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = int(cluster), 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = int(block), 1, 1
+        cfg.sharedMemBytes = int(dynamic_smem)
+        cfg.numAttrs = 0
+        err, n = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(fn.kernel.ptr), cfg)
+        if err != cu.CUresult.CUDA_SUCCESS or int(n) < 1:
+            return None
+        return int(n)
+    except Exception:  # noqa: BLE001 - no driver, an old binding, a refused config: the caller estimates
+        return None

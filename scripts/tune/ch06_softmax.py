@@ -1,8 +1,11 @@
-"""Chapter 6 tuning batch, round 3: per bar shape the final dispatch (S.plan with the defaults set from
-the second run) and the round's new candidates only (v8_warp_stream on the 1024-column rows), vs
-torch.softmax and torch.compile, fp32 and bf16; --all times every register version and every v5-v8
-instance that fits (capacity in [cols, 2 cols)), as rounds 1-2 did. Each row also prints the ptxas
-registers, resident blocks per SM and KiB of rows resident per SM.
+"""Chapter 6 tuning batch, round 4: per bar shape the current dispatch (S.plan) and the round's new
+candidates only (every v9_stream instance that fits: capacity in [cols, 2 cols)), vs torch.softmax (and
+torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the same bytes (y[...] = x,
+same shape and dtype, same bench) with its GB/s and its share of the 1 GiB copy ceiling, to show what a
+copy of this size itself reaches (fixed launch cost). --all times every register version and every v5-v9
+instance that fits, as rounds 1-2 did. Each row also prints the ptxas registers, resident blocks per SM
+and KiB of rows resident (v9: in flight) per SM; v9 names carry the persistent grid's cluster count G.
+Budget: about 90 s on the H200 with --no-compile.
 Run from the repo root: python scripts/tune/ch06_softmax.py [--dtypes float32,bfloat16] [--no-compile]
 [--all] [--shapes 8192x1024,...]. Writes $OUT/tune_ch06_softmax.json when OUT is set. One row per
 (candidate, shape, dtype), then the best candidate per shape and the geomean of the best over torch."""
@@ -29,13 +32,13 @@ from utils.check import assert_close, poisoned  # noqa: E402
 
 SHAPES = [(8192, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (128, 262144)]
 NP_DTYPE = {"float32": np.float32, "bfloat16": S.BF16}
-BENCH = dict(target_ms=40, max_reps=60)
+BENCH = dict(target_ms=30, max_reps=50)
 T0 = time.perf_counter()
 
 
 
 
-NEW = ("v8_warp_stream",)          # this round's new version: every instance that fits is timed
+NEW = ("v9_stream",)               # this round's new version: every instance that fits is timed
 
 
 def candidates(cols: int, dt, every: bool = False):
@@ -65,7 +68,26 @@ def residency(version, shape, dt, cfg):
     (ln,) = S.geometry(version, *shape, dt, cfg)
     regs = comp.report[comp.symbols[ln.kernel]]["registers"]
     blocks = occupancy_estimate(regs, ln.block[0])
+    if version == "v9_stream":                 # the double buffer bounds it too
+        blocks = min(blocks, S.stream_ctas_per_sm(dt, S.raw_config(version, shape[1], dt, cfg)))
     return regs, blocks, blocks * S.block_row_bytes(ln, shape[1], dt) / 1024
+
+
+def stream_grid(shape, dt, cfg):
+    """Clusters of v9's persistent grid as launched (lowered to what the driver says fits at once)."""
+    (ln,) = S.geometry("v9_stream", *shape, dt, cfg)
+    ln = S._resident(ln, S._function(ln))
+    return ln.grid[0] // ln.cluster
+
+
+def time_copy(shape, dt, x, copy):
+    """A plain device copy of the same bytes as the op (read rows x cols, write rows x cols), same bench:
+    (us, GB/s, share of the 1 GiB copy ceiling)."""
+    yc = cupy.empty_like(x)
+    tm = bench(lambda: cupy.copyto(yc, x), **BENCH)
+    assert bool((yc.view(cupy.uint8) == x.view(cupy.uint8)).all()), "copy mismatch"
+    gbs = 2 * x.nbytes / (tm.ms * 1e-3) / 1e9
+    return tm.ms * 1e3, gbs, gbs / copy
 
 
 def main():
@@ -107,6 +129,14 @@ def main():
                     peer_us[name] = tm.ms * 1e3
                 except Exception as exc:          # a peer failing must not stop the batch
                     print(f"{name:32s} {shape!s:>12s} {dn:>8s} ERROR {type(exc).__name__}: {exc}")
+            try:
+                cus, cgbs, cfrac = time_copy(shape, dt, x, copy)
+                print(f"{'copy(same bytes)':32s} {str(shape):>12s} {dn:>8s} {cus:8.1f} {cgbs:7.0f} {cfrac:6.1%} "
+                      f"(of the 1 GiB copy)", flush=True)
+                rows.append(dict(candidate="copy(same bytes)", shape=list(shape), dtype=dn, us=cus, gbs=cgbs,
+                                 frac_copy=cfrac, peer=True))
+            except Exception as exc:
+                print(f"{'copy(same bytes)':32s} {shape!s:>12s} {dn:>8s} ERROR {type(exc).__name__}: {exc}")
             for name in peer_us:
                 gbs = nbytes / (peer_us[name] * 1e-6) / 1e9
                 print(f"{name:32s} {str(shape):>12s} {dn:>8s} {peer_us[name]:8.1f} {gbs:7.0f} {gbs / copy:6.1%}")
@@ -124,6 +154,8 @@ def main():
                     else:
                         run = S.bind(version, x, y, cfg)
                         occ = residency(version, shape, dt, cfg)
+                        if version == "v9_stream":
+                            name = f"{name} G={stream_grid(shape, dt, cfg)}"
                     run()
                     assert_close(y, ref, dtype=dn, name=name)
                     tm = bench(run, check=lambda y=y: assert_close(y, ref, dtype=dn, name=name), **BENCH)

@@ -2,9 +2,12 @@
 torch.compile on the bar shapes. Run from the repo root: python scripts/tune/ch07_layernorm.py
 [--ops layernorm,rmsnorm] [--dtypes float32,bfloat16] [--compile]. Writes $OUT/tune_ch07_layernorm.json
 when OUT is set. Prints one row per (candidate, shape, dtype) and a best-candidate line per shape.
-Round 3: the dispatcher's TUNED choice (marked *, the second batch's winners) and the new layernorm_v6_shift
-(sums shifted by the row's first value: one reduction, RMSNorm's register budget) on the TUNED layout, on
-the default raw layout, and on the long-row layouts where v6 keeps more blocks per SM than v5."""
+Round 4: the dispatcher's TUNED choice (marked *) and the new persistent streams (layernorm_v7_stream,
+rmsnorm_v5_stream: as many clusters as fit at once, each CTA's row slice double-buffered in shared memory
+with cp.async) on every stream layout that fits the width (capacity in [n, 2 n)); each stream row names
+its layout, the grid's cluster count G, the ptxas registers and the CTAs per SM. Plus a plain device copy
+of the same bytes (y[...] = x, same shape and dtype, same bench), its GB/s and its share of the 1 GiB
+copy ceiling. Budget: about 90 s on the H200 (torch.compile only with --compile)."""
 from __future__ import annotations
 
 import argparse
@@ -34,28 +37,45 @@ T0 = time.perf_counter()
 
 
 
-# v6 layouts beyond RMSNorm's and LayerNorm's TUNED ones, per (dtype, n): where v6's registers buy a
-# block per SM that v5 did not have (fp32 65536: 2 x 512 in clusters of 4; bf16 65536: 4 x 256, cluster 8).
-V6_EXTRA = {
-    ("float32", 65536): (L.Layout(512, 512, 32, 4),),
-    ("bfloat16", 65536): (L.Layout(256, 256, 32, 8),),
-}
-
-
 def candidates(op, dtype, n):
-    """(name, label, layout): the dispatcher's TUNED choice, then for LayerNorm v6_shift on RMSNorm's
-    TUNED layout (the notebook's choice: v6 has rmsnorm_v4's reduction and registers), on LayerNorm's
-    TUNED layout and on V6_EXTRA (each layout once)."""
+    """(name, label, layout): the dispatcher's TUNED choice, then this round's stream version on every
+    stream layout whose capacity fits n within a factor 2 (larger ones leave threads idle)."""
     label, lay = L.TUNED[op, dtype, n]
     out = [(f"{label}[{lay.name}]*", label, lay)]
-    if op == "layernorm":
-        seen = []
-        dt = NP_DTYPE[dtype]
-        for cand in (L.layout_of(op, "v6_shift", n, dt), lay, *V6_EXTRA.get((dtype, n), ())):
-            if cand not in seen:
-                seen.append(cand)
-                out.append((f"v6_shift[{cand.name}]", "v6_shift", cand))
+    new = STREAM_LABEL[op]
+    for cand in L.STREAM_ALL_LAYOUTS[dtype]:
+        if n <= cand.capacity < 2 * n:
+            out.append((f"{new}[{cand.name}]", new, cand))
     return out
+
+
+STREAM_LABEL = {"layernorm": "v7_stream", "rmsnorm": "v5_stream"}
+BENCH = dict(target_ms=30, max_reps=50)
+
+
+def stream_info(op, dtype, n, lay, rows):
+    """'G=<clusters> r=<registers> b=<CTAs per SM>' of a stream launch, from the launch plan and ptxas."""
+    from kernels.simt import occupancy_estimate
+    from utils.build import compile_source
+    kernel = L.VERSIONS[op][STREAM_LABEL[op]].kernel
+    comp = compile_source(L.SOURCE_STREAM)
+    regs = comp.report[comp.symbols[L.stream_name_expression(kernel, dtype, lay)]]["registers"]
+    blocks = min(occupancy_estimate(regs, lay.threads), L.stream_ctas_per_sm(lay, dtype))
+    dt = NP_DTYPE[dtype]
+    x = cupy.empty((rows, n), dt)
+    w = cupy.empty(n, dt)
+    _, grid, *_ = L._plan(op, kernel, x, w, w if op == "layernorm" else None, x, 1e-5, lay)
+    return f"G={grid[0] // lay.cluster} r={regs} b={blocks}"
+
+
+def time_copy(x, copy):
+    """A plain device copy of the same bytes as the op's x and y, same bench: (us, GB/s, share of the
+    1 GiB copy ceiling)."""
+    yc = cupy.empty_like(x)
+    tm = bench(lambda: cupy.copyto(yc, x), **BENCH)
+    assert bool((yc.view(cupy.uint8) == x.view(cupy.uint8)).all()), "copy mismatch"
+    gbs = 2 * x.nbytes / (tm.ms * 1e-3) / 1e9
+    return tm.ms * 1e3, gbs, gbs / copy
 
 
 def main():
@@ -76,10 +96,12 @@ def main():
 
     t = time.perf_counter()
     L.SOURCE_RAW.function(L.name_expression("rmsnorm_v4_raw", "float32", 4, L.RAW_LAYOUTS["float32"][0]))
+    L.SOURCE_STREAM.function(L.stream_name_expression("rmsnorm_v5_stream", "float32", L.STREAM_LAYOUTS["float32"][0]))
     print(f"# NVRTC compiles: {time.perf_counter() - t:.1f} s", flush=True)
     copy = copy_gbps(target_ms=100)
     print(f"# copy ceiling: {copy:.0f} GB/s (read + write)", flush=True)
     rows_out = []
+    copies = {}
     print(f"{'candidate':44s} {'op':9s} {'shape':12s} {'dtype':8s} {'us':>8s} {'GB/s':>7s} {'copy':>5s} "
           f"{'/eager':>6s} {'/compile':>8s}")
     for op in args.ops.split(","):
@@ -93,6 +115,16 @@ def main():
                 ref = (L.layer_norm_ref(x, w, b) if op == "layernorm" else L.rms_norm_ref(x, w)).astype(cupy.float32)
                 nbytes = L.nbytes(rows, n, np.dtype(dt).itemsize, op)
                 res = {}
+                if (dtype, shape) not in copies:          # the same bytes copied, once per (dtype, shape)
+                    try:
+                        copies[dtype, shape] = time_copy(x, copy)
+                        cus, cgbs, cfrac = copies[dtype, shape]
+                        print(f"{'copy(same bytes)':44s} {'-':9s} {rows}x{n:<7d} {dtype:8s} {cus:8.1f} {cgbs:7.0f} "
+                              f"{cfrac:5.0%} (of the 1 GiB copy)", flush=True)
+                        rows_out.append(dict(candidate="copy(same bytes)", op="copy", shape=shape, dtype=dtype,
+                                             us=cus, gbs=cgbs, frac=cfrac, err=0.0))
+                    except Exception as e:  # noqa: BLE001
+                        print(f"{'copy(same bytes)':44s} {'-':9s} {rows}x{n:<7d} {dtype:8s} ERROR {type(e).__name__}: {e}")
                 # peers
                 tx, tw, tb = (torch.from_dlpack(a) for a in (x, w, b))
                 if op == "layernorm":
@@ -108,7 +140,7 @@ def main():
                     try:
                         out = fn(tx, tw, tb)
                         err = rel_l2_error(cupy.from_dlpack(out.detach()).astype(cupy.float32), ref)
-                        tm = bench(lambda fn=fn: fn(tx, tw, tb), target_ms=60)
+                        tm = bench(lambda fn=fn: fn(tx, tw, tb), **BENCH)
                         res[pname] = nbytes / (tm.ms * 1e-3) / 1e9
                         rows_out.append(dict(candidate=pname, op=op, shape=shape, dtype=dtype, us=tm.ms * 1e3,
                                              gbs=res[pname], frac=res[pname] / copy, err=err))
@@ -120,9 +152,11 @@ def main():
                     try:
                         y[...] = poisoned(shape, dt)
                         fn = L.bind(op, label, x, w, b, y, layout=lay)
+                        if label == STREAM_LABEL[op]:
+                            name = f"{name} {stream_info(op, dtype, n, lay, rows)}"
                         fn()
                         err = assert_close(y, ref, dtype=dtype, name=f"{name} {dtype} {shape}")
-                        tm = bench(fn, target_ms=60)
+                        tm = bench(fn, **BENCH)
                         g = nbytes / (tm.ms * 1e-3) / 1e9
                         res[name] = g
                         rows_out.append(dict(candidate=name, op=op, shape=shape, dtype=dtype, us=tm.ms * 1e3,
@@ -146,7 +180,7 @@ def main():
             fr, ve = [], []
             for shape in SHAPES:
                 mine = [r for r in rows_out if r["op"] == op and r["dtype"] == dtype and r["shape"] == shape
-                        and not r["candidate"].startswith("torch")]
+                        and not r["candidate"].startswith(("torch", "copy"))]
                 if not mine:
                     continue
                 best = max(mine, key=lambda r: r["gbs"])

@@ -105,7 +105,7 @@ def test_every_row_gets_identical_statistics_across_its_threads():
         x = cupy.full((2, n), 3.25, dtype=cupy.float32)
         w = cupy.random.standard_normal(n, dtype=cupy.float32)
         b = cupy.random.standard_normal(n, dtype=cupy.float32)
-        for label in ("v1_twopass", "v2_welford", "v3_vec16", "v4_ilp", "v5_raw", "v6_shift"):
+        for label in ("v1_twopass", "v2_welford", "v3_vec16", "v4_ilp", "v5_raw", "v6_shift", "v7_stream"):
             y = cupy.empty_like(x)
             L.LN_VERSIONS[label].launch(x, w, b, y)
             assert bool((y == b[None, :]).all()), f"{label} n={n}"
@@ -247,3 +247,76 @@ def test_dispatcher_on_the_chapter_widths(dtype):
         x, w, b = _inputs(3, n, dtype, mean=0.5)
         assert_close(L.layer_norm(x, w, b), L.layer_norm_ref(x, w, b), dtype=dtype, name=f"layer_norm n={n}")
         assert_close(L.rms_norm(x, w), L.rms_norm_ref(x, w), dtype=dtype, name=f"rms_norm n={n}")
+
+
+# --- the persistent streams: layernorm_v7_stream, rmsnorm_v5_stream --------------------------------
+
+def _stream_cases():
+    """(dtype, layout, rows, n): every stream layout at its full width, 3 values short of it (not a
+    multiple of the 16-byte chunk: the element-by-element path, rows not 16-byte aligned) and at a width
+    that leaves the later ranks of a cluster empty; rows 1, 37, 199 (bounded in size)."""
+    from kernels import layernorm as L
+    out = []
+    for dtype, lays in L.STREAM_ALL_LAYOUTS.items():
+        for lay in lays:
+            for rows in (1, 37, 199):
+                for n in (lay.capacity, lay.capacity - 3, lay.capacity // 3 + 5):
+                    if rows * n <= 1 << 25:
+                        out.append((dtype, lay, rows, n))
+    return out
+
+
+def _launch_or_skip(fn, lay):
+    """A launch of a cluster of 16 (non-portable) that the driver refuses skips with its message."""
+    import cupy
+    try:
+        fn()
+        cupy.cuda.Device().synchronize()
+    except cupy.cuda.driver.CUDADriverError as exc:
+        if lay.cluster > 8:
+            pytest.skip(f"the driver refuses a cluster of {lay.cluster}: {exc}")
+        raise
+
+
+@pytest.mark.parametrize("case", _stream_cases(), ids=lambda c: f"{c[0]}-{c[1].name}-{c[2]}x{c[3]}")
+def test_stream_versions_on_every_layout(case):
+    """layernorm_v7_stream (input mean 3) and rmsnorm_v5_stream on each stream layout, poisoned outputs."""
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    dtype, lay, rows, n = case
+    x, w, b = _inputs(rows, n, dtype, mean=3.0)
+    y = poisoned((rows, n), _dtype(dtype))
+    _launch_or_skip(lambda: L.LN_VERSIONS["v7_stream"].launch(x, w, b, y, layout=lay), lay)
+    assert_close(y, L.layer_norm_ref(x, w, b), dtype=dtype, name=f"v7_stream {lay.name} {dtype} {(rows, n)}")
+    y = poisoned((rows, n), _dtype(dtype))
+    _launch_or_skip(lambda: L.RMS_VERSIONS["v5_stream"].launch(x, w, y, layout=lay), lay)
+    assert_close(y, L.rms_norm_ref(x, w), dtype=dtype, name=f"v5_stream {lay.name} {dtype} {(rows, n)}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_streams_walk_many_rows_per_cluster(dtype):
+    """More rows than clusters (each cluster walks rows c, c + G, ...; the double buffer and the parity
+    slots alternate), the row count not a multiple of the grid; long rows, an odd long row."""
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    for rows, n in ((4099, 4096), (1000, 1000), (333, 16384), (257, 65536), (37, 262144), (37, 262141)):
+        x, w, b = _inputs(rows, n, dtype, mean=0.5)
+        y = poisoned((rows, n), _dtype(dtype))
+        L.LN_VERSIONS["v7_stream"].launch(x, w, b, y)
+        assert_close(y, L.layer_norm_ref(x, w, b), dtype=dtype, name=f"v7_stream {dtype} {(rows, n)}")
+        y = poisoned((rows, n), _dtype(dtype))
+        L.RMS_VERSIONS["v5_stream"].launch(x, w, y)
+        assert_close(y, L.rms_norm_ref(x, w), dtype=dtype, name=f"v5_stream {dtype} {(rows, n)}")
+
+
+def test_stream_layernorm_large_mean():
+    """mean 1e4, std 1, fp32: exact two-pass statistics per CTA from smem, Chan's merge over the cluster."""
+    from kernels import layernorm as L
+    from utils.check import assert_close, poisoned
+    for lay in L.STREAM_ALL_LAYOUTS["float32"]:
+        rows = 4 if lay.capacity >= 65536 else 64
+        x, w, b = _inputs(rows, lay.capacity - 37, "float32", mean=1e4)
+        y = poisoned(x.shape, np.float32)
+        _launch_or_skip(lambda x=x, w=w, b=b, y=y, lay=lay: L.LN_VERSIONS["v7_stream"].launch(x, w, b, y, layout=lay),
+                        lay)
+        assert_close(y, L.layer_norm_ref(x, w, b), tol=1e-2, name=f"v7_stream {lay.name} large mean")

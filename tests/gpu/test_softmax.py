@@ -110,7 +110,7 @@ def _raw_configs(dt, non_portable=False):
     """Every v5/v6/v7 instance, without (default) or only (non_portable=True) the clusters above 8."""
     from kernels import softmax as S
     return [(version, c) for version in S.RAW_TABLES for c in S.raw_configs(version, dt)
-            if (version == "v6_cluster_raw" and c[2] > S.PORTABLE_CLUSTER) == non_portable]
+            if (version in ("v6_cluster_raw", "v9_stream") and c[2] > S.PORTABLE_CLUSTER) == non_portable]
 
 
 @pytest.mark.parametrize("rows", [1, 37, 199])
@@ -209,3 +209,42 @@ def test_v8_streams_several_rows_per_warp():
                 S.bind("v8_warp_stream", x, y, cfg)()
                 cupy.cuda.Device().synchronize()
                 assert_close(y, S.reference(x), dtype=dn, name=f"v8{cfg} {dn} {(rows, cols)}")
+
+
+def test_v9_streams_many_rows_per_cluster():
+    # more rows than the persistent grid's clusters (cluster c walks rows c, c + G, ...; buffers and parity
+    # slots alternate), row counts that leave the last step partial, every instance on a row one element
+    # short of a chunk and on its full width, an odd long row; -inf rows and large logits in the mix
+    import cupy
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    for dt in _dtypes():
+        dn = np.dtype(dt).name
+        for cfg in S.raw_configs("v9_stream", dt):
+            cap = S.capacity("v9_stream", dt, cfg)
+            (ln,) = S.geometry("v9_stream", 1 << 20, cap, dt, cfg)
+            clusters = ln.grid[0] // cfg[2]
+            for cols in (cap, cap - 1):
+                rows = min(3 * clusters + 1, max(5, (1 << 24) // cols))
+                x32 = cupy.random.standard_normal((rows, cols), dtype=cupy.float32) * 3
+                x32[1] = -cupy.inf                              # fully masked: NaN, as torch
+                x32[2] *= 1e4                                   # large logits
+                x32[3, ::3] = -cupy.inf
+                x = x32 if dt == np.float32 else x32.astype(dt)
+                y = poisoned((rows, cols), dt)
+                try:
+                    S.bind("v9_stream", x, y, cfg)()
+                    cupy.cuda.Device().synchronize()
+                except cupy.cuda.driver.CUDADriverError as exc:
+                    if cfg[2] > S.PORTABLE_CLUSTER:
+                        pytest.skip(f"v9{cfg}: the driver refuses a cluster of {cfg[2]}: {exc}")
+                    raise
+                name = f"v9{cfg} {dn} {(rows, cols)}"
+                assert bool(cupy.isnan(y[1].astype(cupy.float32)).all()), f"{name}: fully masked row must be NaN"
+                keep = cupy.asarray([r for r in range(rows) if r != 1])
+                assert_close(y[keep], S.reference(x)[keep], dtype=dn, name=name)
+    for dt in _dtypes():                                        # the default instance on an odd long row
+        x = S.random_input((37, 262144 - 3), dt, scale=3.0)
+        y = poisoned(x.shape, dt)
+        S.VERSIONS["v9_stream"].launch(x, y)
+        assert_close(y, S.reference(x), dtype=np.dtype(dt).name, name=f"v9 default {np.dtype(dt).name} 262141")
