@@ -35,6 +35,9 @@
 // W4A16 tensor-core GEMM v3: w4a16_marlin_v3_stripe<MT,NTW,ST> w4a16_marlin's stage and inner loop on a persistent
 //                           grid (SMs x resident CTAs); (tile, group) units striped evenly over the CTAs, partial
 //                           tiles summed in contributor order by the last to arrive
+// W4A16 GEMV v6 (batch 1): w4a16_gemv_v6_tiled  v1 on a tiled copy of qweight (pack_gemv_tiled: each 32-column
+//                           tile's K/8 rows back to back), so a block streams one contiguous range, not 1024
+//                           128-byte pieces 4N bytes apart
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -389,13 +392,13 @@ __device__ __forceinline__ void gemv_dot_row(uint4 wv, uint4 xv, const __nv_bflo
 // [[/snippet]]
 
 // [[snippet: w4a16_gemv_v1]]
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magic(
-    const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
-    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
-    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
-    const __nv_bfloat16* __restrict__ x,        // [K]
-    __nv_bfloat16* __restrict__ out,            // [N]
-    int K, int N) {
+// The body of v1 (and of v6, which only changes where the weights live): w points at this lane's uint4
+// of qweight row 0 (k = 0..7), and the uint4 of row r is r * row_stride further (N / 4 in GPTQ's layout).
+__device__ __forceinline__ void gemv_magic(const uint4* __restrict__ w, size_t row_stride,
+                                           const unsigned* __restrict__ qzeros,
+                                           const __nv_bfloat16* __restrict__ scales,
+                                           const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out,
+                                           int K, int N) {
     const int lane_c = threadIdx.x & 7, ks = threadIdx.x >> 3;
     const int n = blockIdx.x * GEMV_COLS + lane_c * 4;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -413,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magi
                 const int r0 = g * ROWS_PER_GROUP + half * 8;
                 uint4 wv[8];
 #pragma unroll
-                for (int r = 0; r < 8; ++r) wv[r] = __ldcs(qweight + (size_t)(r0 + r) * (N / 4) + (n >> 2));
+                for (int r = 0; r < 8; ++r) wv[r] = __ldcs(w + (size_t)(r0 + r) * row_stride);
 #pragma unroll
                 for (int r = 0; r < 8; ++r)
                     gemv_dot_row(wv[r], __ldg(reinterpret_cast<const uint4*>(x) + r0 + r), zb, gacc);
@@ -422,6 +425,17 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magi
         }
     }
     gemv_reduce_store(acc, out, N);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v1_magic(
+    const uint4* __restrict__ qweight,          // [K/8, N/4] uint4 = [K/8, N] int32
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ x,        // [K]
+    __nv_bfloat16* __restrict__ out,            // [N]
+    int K, int N) {
+    const int n = blockIdx.x * GEMV_COLS + (threadIdx.x & 7) * 4;
+    gemv_magic(qweight + (n >> 2), N / 4, qzeros, scales, x, out, K, N);
 }
 // [[/snippet]]
 
@@ -1428,5 +1442,25 @@ __global__ void __launch_bounds__(256, MT <= 2 ? 3 : 2) w4a16_marlin_v3_stripe(
         ++T;
     }
     cp_async_wait<0>();
+}
+// [[/snippet]]
+
+// ---------------------------------------------------------------------------------------------------
+// [[snippet: w4a16_gemv_v6]]
+// v6: v1's threads, loads and arithmetic on a tiled copy of qweight. In GPTQ's layout a block's 32
+// columns are 128 bytes of every qweight row, and rows are N * 4 bytes apart (32 KB at N = 8192): the
+// block's 128 KB of weights are 1024 separate 128-byte pieces spread over the whole matrix, so HBM opens
+// a DRAM page for each piece and the pieces of neighbouring blocks arrive at different times.
+// pack_gemv_tiled stores each 32-column tile's rows back to back ([ceil(N/32), K/8, 32] int32; the last
+// tile zero-padded), so one block streams one contiguous 128 KB range. Only the addresses change.
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) w4a16_gemv_v6_tiled(
+    const uint4* __restrict__ qtiled,           // [ceil(N/32), K/8, 8] uint4 = [ceil(N/32), K/8, 32] int32
+    const unsigned* __restrict__ qzeros,        // [K/128, N/8]
+    const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
+    const __nv_bfloat16* __restrict__ x,        // [K]
+    __nv_bfloat16* __restrict__ out,            // [N]
+    int K, int N) {
+    const uint4* tile = qtiled + (size_t)blockIdx.x * (K / 8) * (GEMV_COLS / 4);   // this block's [K/8, 8] uint4
+    gemv_magic(tile + (threadIdx.x & 7), GEMV_COLS / 4, qzeros, scales, x, out, K, N);
 }
 // [[/snippet]]

@@ -787,6 +787,43 @@ GEMV_VERSIONS = registry(*GEMV_VERSIONS.values(), Version(
     "v1's arithmetic; split-K grid of whole waves, <= 64 registers, row batches' loads first"))
 
 
+# --- W4A16 GEMV v6: v1 on a tiled copy of qweight ---------------------------------------------------
+
+def pack_gemv_tiled(qweight):
+    """GPTQ qweight [K/8, N] int32 -> [ceil(N/32), K/8, 32] int32: each 32-column tile's rows back to back
+    (the last tile zero-padded), the layout w4a16_gemv_v6_tiled streams. An offline repack, like pack_mma."""
+    xp = _xp(qweight)
+    if qweight.ndim != 2 or qweight.dtype != np.int32:
+        raise ValueError(f"qweight: expected a 2-D int32 array [K/8, N], got {qweight.dtype} shape "
+                         f"{tuple(qweight.shape)}")
+    rows, N = (int(d) for d in qweight.shape)
+    tiles = ceil_div(N, GEMV_COLS)
+    padded = xp.zeros((rows, tiles * GEMV_COLS), dtype=np.int32)
+    padded[:, :N] = qweight
+    return xp.ascontiguousarray(padded.reshape(rows, tiles, GEMV_COLS).transpose(1, 0, 2))
+
+
+def launch_gemv_v6(x, qtiled, qzeros, scales, out):
+    """out (1, N) = x (1, K) @ dequant(qweight, qzeros, scales), bf16, with qweight tiled by pack_gemv_tiled
+    (w4a16_gemv_v6_tiled: v1's threads and arithmetic, one contiguous weight range per block)."""
+    bf16 = _bf16()
+    expect_array(x, "x", dtype=bf16, ndim=2)
+    if int(x.shape[0]) != 1:
+        raise ValueError(f"x: expected one row (batch 1, shape (1, K)), got shape {tuple(x.shape)}")
+    K = int(x.shape[1])
+    expect_array(scales, "scales", dtype=bf16, ndim=2)
+    N = int(scales.shape[1])
+    gemv_check_shapes(K, N)
+    expect_array(qtiled, "qtiled (pack_gemv_tiled)", dtype=np.int32, shape=(ceil_div(N, GEMV_COLS), K // 8, GEMV_COLS))
+    expect_array(qzeros, "qzeros", dtype=np.int32, shape=(K // GROUP, N // 8))
+    expect_array(scales, "scales", dtype=bf16, shape=(K // GROUP, N))
+    expect_array(out, "out", dtype=bf16, shape=(1, N))
+    expect_same_device(x, qtiled, qzeros, scales, out)
+    SOURCE.function("w4a16_gemv_v6_tiled")(gemv_grid(N), (THREADS, 1, 1),
+                                           (qtiled, qzeros, scales, x, out, np.int32(K), np.int32(N)))
+    return out
+
+
 # --- W4A16 tensor-core GEMM v3: Marlin's stage on a persistent, striped grid -------------------------
 
 MARLIN_V3_DEFAULT = {1: (1, 4), 2: (1, 4), 3: (1, 4), 4: (1, 3)}  # m16 tiles -> (n16 tiles per warp, stages)

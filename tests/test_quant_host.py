@@ -824,3 +824,18 @@ def test_random_int4_problem_on_numpy():
     assert 0.004 <= float(s.astype(np.float32).min()) and float(s.astype(np.float32).max()) <= 0.021
     with pytest.raises(ValueError, match="group size"):
         Q.random_int4_problem(200, 8, xp=np)
+
+
+@pytest.mark.parametrize("K,N", [(128, 40), (256, 64), (1024, 8)])
+def test_gemv_tiled_pack_puts_each_tile_rows_back_to_back(rng, K, N):
+    qweight = rng.integers(-2**31, 2**31, (K // 8, N)).astype(np.int32)
+    t = Q.pack_gemv_tiled(qweight)
+    assert t.shape == (-(-N // Q.GEMV_COLS), K // 8, Q.GEMV_COLS) and t.flags.c_contiguous
+    for n in (0, N // 2, N - 1):
+        assert (t[n // Q.GEMV_COLS, :, n % Q.GEMV_COLS] == qweight[:, n]).all()
+    pad = t.shape[0] * Q.GEMV_COLS - N
+    if pad:
+        assert (t[-1, :, Q.GEMV_COLS - pad:] == 0).all()
+    with pytest.raises(ValueError, match="int32"):
+        Q.pack_gemv_tiled(qweight.astype(np.int64))
+

@@ -86,6 +86,16 @@ def measure_copy(rec, nbytes: int = 1 << 30) -> dict:
                     nbytes=2 * n * 4, is_peer=True, check=check)
 
 
+def measure_copy_same_bytes(rec, nbytes: int) -> dict:
+    """A device-to-device copy of ``nbytes`` (read ``nbytes``, write ``nbytes``), recorded as op
+    ``copy_same_bytes``: what a plain copy of one kernel's input reaches at that size under the same bench,
+    launch and ramp included. A kernel that reads and writes those bytes once cannot beat it; on inputs of a
+    few tens of MB it sits well below the 1 GiB ``ceiling.copy``."""
+    n, run, check = _copy_job(nbytes)
+    return rec.time("copy_same_bytes", CEILING_IMPLS["copy"], run, dtype="float32", shape=(n,),
+                    nbytes=2 * n * 4, is_peer=True, check=check)
+
+
 def copy_gbps(nbytes: int = 1 << 30, **bench_kw) -> float:
     """The same copy ceiling in GB/s (read + written), timed without a record (tuning scripts)."""
     from .bench import bench

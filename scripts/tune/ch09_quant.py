@@ -37,8 +37,9 @@ def problem():
     q, z, s = Q.random_int4_problem(K, N)
     qweight, qzeros = Q.pack_gptq(q, z)
     qmma = Q.pack_mma(q)
+    qtiled = Q.pack_gemv_tiled(qweight)
     Wb = Q.dequantize_int4(q, s, z).astype(Q.BF16)
-    return dict(qweight=qweight, qzeros=qzeros, qmma=qmma, s=s, Wb=Wb, Wf=Wb.astype(cupy.float32))
+    return dict(qweight=qweight, qzeros=qzeros, qmma=qmma, qtiled=qtiled, s=s, Wb=Wb, Wf=Wb.astype(cupy.float32))
 
 
 def residency(name, threads=256, smem=0):
@@ -102,6 +103,8 @@ def main():
     nb = Q.gemv_nbytes(K, N)
     emit("gemv v1_magic", "gemv", shape, lambda: Q.GEMV_VERSIONS["v1_magic"].launch(x, P["qweight"], P["qzeros"], P["s"], y),
          y, ref, nb, flops, peer, kernel=("w4a16_gemv_v1_magic",), grid=Q.gemv_grid(N)[0])
+    emit("gemv v6_tiled", "gemv", shape, lambda: Q.launch_gemv_v6(x, P["qtiled"], P["qzeros"], P["s"], y),
+         y, ref, nb, flops, peer, kernel=("w4a16_gemv_v6_tiled",), grid=Q.gemv_grid(N)[0])
     for bn, rws in Q.GEMV_V5_CONFIGS:
         auto = Q.gemv_v5_plan(K, N, bn, rws, sms=sms)[1][1]
         for splits in sorted({auto, max(1, auto // 2), 2 * auto}):

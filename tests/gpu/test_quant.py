@@ -355,3 +355,21 @@ def test_marlin_v3_is_deterministic_and_rejects():
         Q.launch_marlin_v3(_bf16_normal((65, K)), qmma, qzeros, s, poisoned((65, N), Q.BF16))
     with pytest.raises(ValueError, match="not instantiated"):
         Q.launch_marlin_v3(_bf16_normal((M, K)), qmma, qzeros, s, poisoned((M, N), Q.BF16), ntw=2, stages=8)
+
+
+# GEMV v6 (tiled qweight): N = 40, 1000, 4104 leave the last 32-column tile partly padded; K = 128 is one
+# group (fewer groups than K-slices), 1152 nine (a remainder round).
+@pytest.mark.parametrize("K,N", [(128, 40), (1152, 1000), (4096, 4104), (8192, 8192)])
+def test_gemv_v6_tiled_matches_the_reference(K, N):
+    from kernels import quant as Q
+    from utils.check import assert_close, poisoned
+    q, z, s = _int4_problem(K, N)
+    x = _bf16_normal((1, K))
+    qweight, qzeros = Q.pack_gptq(q, z)
+    qtiled = Q.pack_gemv_tiled(qweight)
+    out = poisoned((1, N), Q.BF16)
+    Q.launch_gemv_v6(x, qtiled, qzeros, s, out)
+    assert_close(out, Q.gemv_reference(x, qweight, qzeros, s), dtype="bfloat16", name=f"gemv v6 K={K} N={N}")
+    with pytest.raises(ValueError, match="qtiled"):
+        Q.launch_gemv_v6(x, qweight, qzeros, s, out)          # the GPTQ layout itself is refused
+
