@@ -31,6 +31,8 @@
 //                     walking rows c, c + G, ...; every CTA owns a fixed slice of every row and copies
 //                     the next row's slice into a second shared-memory buffer (cp.async) while it
 //                     reduces and writes the current one, so reads never stop at a barrier or a write.
+//   v10_cluster_once  v6 with one exponential per element instead of two: the sum pass keeps
+//                     e = e^{x - m_t} in the chunk registers in place of x, the write is e * e^{m_t - m} / l.
 //
 // Templates are instantiated by name expression from kernels/softmax.py (softmax_v2_warp_row<float, 8>).
 // The (m, l) state and its merge live in online_softmax.cuh, shared with chapter 15.
@@ -661,3 +663,78 @@ softmax_v9_stream(const T* __restrict__ x, T* __restrict__ y, int rows, int cols
     if constexpr (CL > 1) cluster.sync();       // keep our slots alive until the cluster's last reads
 }
 // [[/snippet]]
+
+// [[snippet: softmax_v10]]
+// v10: v6 with one exponential per element. v5-v9 take e^{x - m_t} for the thread's sum and then
+// e^{x - m} again for the output: two MUFU.EX2 per element, and MUFU issues 16 per clock per SM, an
+// eighth of the FP32 rate. At 1024 x 65536 bf16 that is ~32 us of exponentials on the whole chip against
+// a 63 us floor for the bytes, and in a cluster kernel they sit between the read and the write.
+// The sum pass here writes e = e^{x - m_t} back over x in the chunk registers (fp32 bits for fp32; for
+// bf16 the value rounded to bf16, and the sum taken over the rounded values, so the outputs still sum
+// to 1 before their own rounding), and the write is y = e * (e^{m_t - m} / l): one multiply per
+// element, one exponential per thread. Registers are unchanged (e takes x's bits).
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+    return sizeof(T) == 4 ? v : __bfloat162float(__float2bfloat16_rn(v));
+}
+
+template <typename T, int NC>
+__device__ __forceinline__ SoftmaxState softmax_chunks_exp_in_place(uint4 (&q)[NC]) {
+    constexpr int VEC = Chunk<T>::VEC;
+    const float m_t = raw_max<T, NC>(q);
+    const float m_safe = softmax_safe_max(m_t);
+    float l_t = 0.f;
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        float v[VEC];
+        unpack(q[j], v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            v[k] = round_to<T>(softmax_exp(v[k], m_safe));
+            l_t += v[k];
+        }
+        q[j] = pack_raw(v);                     // exact: the values are already representable in T
+    }
+    return {m_t, l_t};
+}
+
+// y = e * (e^{m_t - m} / l): 0 where the thread saw only -inf (e = 0), NaN for a fully masked row (1/l).
+template <typename T, int NC>
+__device__ __forceinline__ void softmax_scaled_write(T* __restrict__ row, int first, int stride, int cols,
+                                                     bool vec_ok, const uint4 (&q)[NC], float m_t,
+                                                     SoftmaxState row_state) {
+    constexpr int VEC = Chunk<T>::VEC;
+    const float c = softmax_rescale(m_t, row_state.m) * softmax_inv_sum(row_state);
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        float v[VEC];
+        unpack(q[j], v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) v[k] *= c;
+        store_chunk(row, first + j * stride, cols, vec_ok, v);
+    }
+}
+
+template <typename T, int NC, int THREADS, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, RawOccupancy<NC, THREADS>::MIN_BLOCKS)
+softmax_v10_cluster_once(const T* __restrict__ x, T* __restrict__ y, int cols) {
+    constexpr int SLICE = NC * THREADS;         // chunks per block
+    __shared__ SoftmaxState scratch[THREADS / 32];
+    __shared__ SoftmaxState block_state;        // read by the whole cluster
+    __shared__ SoftmaxState row_state_smem;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank();
+    const size_t base = (size_t)blockIdx.y * cols;
+    const bool vec_ok = cols % Chunk<T>::VEC == 0;
+    const int first = rank * SLICE + threadIdx.x;
+
+    uint4 q[NC];                                // [NC] raw chunks, then e^{x - m_t} in their place
+#pragma unroll
+    for (int j = 0; j < NC; ++j) load_raw(x + base, first + j * THREADS, cols, vec_ok, q[j]);
+    const SoftmaxState mine = softmax_chunks_exp_in_place<T, NC>(q);
+    const SoftmaxState bs = softmax_block_merge<THREADS>(mine, scratch);
+    softmax_cluster_merge<CL>(cluster, bs, block_state, row_state_smem);
+    softmax_scaled_write<T, NC>(y + base, first, THREADS, cols, vec_ok, q, mine.m, row_state_smem);
+}
+// [[/snippet]]
+

@@ -83,9 +83,12 @@ V9_DEFAULT = {"float32": ((8, 512, 1), (8, 512, 4), (8, 512, 16)),
               "bfloat16": ((8, 256, 1), (8, 512, 2), (8, 512, 8))}
 V9_EXTRA = {"float32": ((8, 256, 2), (8, 256, 8), (4, 512, 8), (4, 1024, 16)),
             "bfloat16": ((4, 512, 1), (8, 256, 4), (4, 512, 4), (8, 256, 16), (4, 512, 16))}
+# v10 (v6 with one exponential per element): v6's default instances, so that the two compare like for like.
+V10_DEFAULT = V6_DEFAULT
+V10_EXTRA = {"float32": (), "bfloat16": ()}
 RAW_TABLES = {"v5_block_raw": (V5_DEFAULT, V5_EXTRA), "v6_cluster_raw": (V6_DEFAULT, V6_EXTRA),
               "v7_warp_raw": (V7_DEFAULT, V7_EXTRA), "v8_warp_stream": (V8_DEFAULT, V8_EXTRA),
-              "v9_stream": (V9_DEFAULT, V9_EXTRA)}
+              "v9_stream": (V9_DEFAULT, V9_EXTRA), "v10_cluster_once": (V10_DEFAULT, V10_EXTRA)}
 # Clusters above PORTABLE_CLUSTER (8) need the non-portable attribute: utils.build.prepare_launch sets it.
 NUM_SMS = 132                    # H200 / H100 SXM: the persistent grid's size when no GPU is asked
 SMEM_PER_SM = 228 * 1024         # shared memory per SM on sm_90 (1 KiB of it reserved per resident block)
@@ -284,9 +287,9 @@ def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = N
     if version == "v5_block_raw":
         nc, t = raw_config(version, cols, dtype, config)
         return [Launch(kname("softmax_v5_block_raw", dtype, nc, t), (rows, 1, 1), (t, 1, 1))]
-    if version == "v6_cluster_raw":
+    if version in ("v6_cluster_raw", "v10_cluster_once"):
         nc, t, cl = raw_config(version, cols, dtype, config)
-        return [Launch(kname("softmax_v6_cluster_raw", dtype, nc, t, cl), (cl, rows, 1), (t, 1, 1))]
+        return [Launch(kname("softmax_" + version, dtype, nc, t, cl), (cl, rows, 1), (t, 1, 1))]
     if version == "v0_three_pass":
         g, b = (rows, 1, 1), (V0_THREADS, 1, 1)
         return [Launch(kname("softmax_v0_three_pass_max", dtype), g, b),
@@ -378,7 +381,7 @@ def thread_elements(version: str, cols: int, dtype) -> np.ndarray:
         nc, threads, stride = elems // v, cl * V4_THREADS, V4_THREADS
         rank, t = np.divmod(np.arange(threads), V4_THREADS)
         firsts = rank * nc * V4_THREADS + t
-    elif version in ("v5_block_raw", "v6_cluster_raw", "v9_stream"):
+    elif version in ("v5_block_raw", "v6_cluster_raw", "v9_stream", "v10_cluster_once"):
         cfg = raw_config(version, cols, dtype)
         nc, tpb, cl = cfg[0], cfg[1], (cfg[2] if len(cfg) == 3 else 1)
         threads, stride = cl * tpb, tpb
@@ -562,6 +565,8 @@ VERSIONS = registry(
             "v2 as a stream: each warp walks several rows, loading the next while computing and writing one"),
     Version("softmax_v9_stream", "v9_stream", _launcher("v9_stream"),
             "persistent clusters, each CTA a fixed row slice double-buffered in smem (cp.async): reads never stop"),
+    Version("softmax_v10_cluster_once", "v10_cluster_once", _launcher("v10_cluster_once"),
+            "v6 with one exponential per element: e^{x - m_t} kept in place of x, the write only multiplies"),
 )
 
 

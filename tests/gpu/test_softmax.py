@@ -110,7 +110,8 @@ def _raw_configs(dt, non_portable=False):
     """Every v5/v6/v7 instance, without (default) or only (non_portable=True) the clusters above 8."""
     from kernels import softmax as S
     return [(version, c) for version in S.RAW_TABLES for c in S.raw_configs(version, dt)
-            if (version in ("v6_cluster_raw", "v9_stream") and c[2] > S.PORTABLE_CLUSTER) == non_portable]
+            if (version in ("v6_cluster_raw", "v9_stream", "v10_cluster_once") and c[2] > S.PORTABLE_CLUSTER)
+            == non_portable]
 
 
 @pytest.mark.parametrize("rows", [1, 37, 199])
