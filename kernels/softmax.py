@@ -326,11 +326,13 @@ def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = N
 # v5 (4, 256) at 4096 and v3 at 16384 (the two within 1% of each other at both widths); bf16: v7's
 # register-capped warps for short rows, v5 up to a block; rows longer than a block go to v6 (rows on grid y).
 # bf16 rows of up to 1024 go to v8 (each warp streams 4 rows): the third tuning run's winner there
-# (fp32 v8 tied v2 within 0.3%, so fp32 keeps v2).
+# (fp32 v8 tied v2 within 0.3%, so fp32 keeps v2). Rows longer than a block go to v10, v6 with one
+# exponential per element: in its first H200 run (2026-11-29) 1.07x v6 at fp32 65536, 1.03x at bf16 65536,
+# 1.00-1.01x at 262144, on v6's instances.
 PLAN = {"float32": ((1024, "v2_warp_row"), (4096, "v5_block_raw"), (16384, "v3_block_row"),
-                    (262144, "v6_cluster_raw")),
+                    (262144, "v10_cluster_once")),
         "bfloat16": ((1024, "v8_warp_stream"), (2048, "v7_warp_raw"), (32768, "v5_block_raw"),
-                     (262144, "v6_cluster_raw"))}
+                     (262144, "v10_cluster_once"))}
 
 
 def plan(rows: int, cols: int, dtype) -> str:

@@ -54,7 +54,7 @@ def test_plan_picks_the_one_read_version_that_fits(rows, cols, dtype):
     fp32 = np.dtype(dtype) == np.float32
     expected = {1024: "v2_warp_row" if fp32 else "v8_warp_stream", 4096: "v5_block_raw",
                 16384: "v3_block_row" if fp32 else "v5_block_raw",
-                65536: "v6_cluster_raw", 262144: "v6_cluster_raw"}[cols]
+                65536: "v10_cluster_once", 262144: "v10_cluster_once"}[cols]
     assert v == expected
     # the raw versions' default instances are the tuning runs' winners at these widths
     winners = {("float32", 4096): (4, 256), ("bfloat16", 1024): (4, 4, 4, 4), ("bfloat16", 4096): (8, 64),
@@ -72,8 +72,8 @@ def test_plan_picks_the_one_read_version_that_fits(rows, cols, dtype):
 def test_plan_falls_back_to_two_reads_beyond_a_cluster():
     assert S.plan(4, 262145, np.float32) == "v1_online"
     assert S.plan(4, 1, np.float32) == "v2_warp_row"
-    # v6 puts rows on grid y (at most 65535): more rows than that go to v1, which the launcher accepts
-    assert S.plan(S.MAX_GRID_Y, 20000, np.float32) == "v6_cluster_raw"
+    # v10 (like v6) puts rows on grid y (at most 65535): more rows than that go to v1, which the launcher accepts
+    assert S.plan(S.MAX_GRID_Y, 20000, np.float32) == "v10_cluster_once"
     assert S.plan(S.MAX_GRID_Y + 1, 20000, np.float32) == "v1_online"
     x = FakeDeviceArray((70000, 20000), np.float32)
     (ln,) = S._validate(x, FakeDeviceArray((70000, 20000), np.float32), S.plan(70000, 20000, np.float32))[2]
