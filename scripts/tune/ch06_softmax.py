@@ -1,5 +1,6 @@
 """Chapter 6 tuning batch, round 4: per bar shape the current dispatch (S.plan) and the round's new
-candidates only (every v9_stream instance that fits: capacity in [cols, 2 cols)), vs torch.softmax (and
+candidates only (every v9_stream and v10_cluster_once instance that fits: capacity in [cols, 2 cols)),
+vs torch.softmax (and
 torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the same bytes (y[...] = x,
 same shape and dtype, same bench) with its GB/s and its share of the 1 GiB copy ceiling, to show what a
 copy of this size itself reaches (fixed launch cost). --all times every register version and every v5-v9
@@ -38,7 +39,8 @@ T0 = time.perf_counter()
 
 
 
-NEW = ("v9_stream",)               # this round's new version: every instance that fits is timed
+NEW = ("v9_stream", "v10_cluster_once")   # the newest versions: every instance that fits is timed
+# (v10 runs on v6's instances; instances added to S.V10_EXTRA are picked up here)
 
 
 def candidates(cols: int, dt, every: bool = False):
