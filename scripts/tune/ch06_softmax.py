@@ -1,7 +1,6 @@
 """Chapter 6 tuning batch, round 4: per bar shape the current dispatch (S.plan) and the round's new
 candidates only (every v9_stream and v10_cluster_once instance that fits: capacity in [cols, 2 cols)),
-vs torch.softmax (and
-torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the same bytes (y[...] = x,
+vs torch.softmax (and torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the same bytes (y[...] = x,
 same shape and dtype, same bench) with its GB/s and its share of the 1 GiB copy ceiling, to show what a
 copy of this size itself reaches (fixed launch cost). --all times every register version and every v5-v9
 instance that fits, as rounds 1-2 did. Each row also prints the ptxas registers, resident blocks per SM
