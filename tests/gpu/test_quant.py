@@ -20,6 +20,30 @@ def _int4_problem(K, N):
     return Q.random_int4_problem(K, N)
 
 
+def _mma_problem(K, N):
+    """(qzeros, qmma, s, W): the tensors the Marlin-style kernels take, and W [K, N] fp32 holding exactly
+    the bf16 values their B fragments hold (the reference multiplies by it)."""
+    import cupy
+    from kernels import quant as Q
+    q, z, s = _int4_problem(K, N)
+    _, qzeros = Q.pack_gptq(q, z)
+    return qzeros, Q.pack_mma(q), s, Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)
+
+
+# M: 1, odd, exactly 16/32/48/64 and in between (37)
+MARLIN_MS = (1, 5, 16, 17, 32, 37, 48, 64)
+
+
+def _marlin_cases(K, W, configs):
+    """(M, a, ref, ntw, stages) for every M of MARLIN_MS and every instance of ``configs`` for its m16 count."""
+    import cupy
+    for M in MARLIN_MS:
+        a = _bf16_normal((M, K))
+        ref = a.astype(cupy.float32) @ W
+        for _, ntw, stages in [c for c in configs if c[0] == -(-M // 16)]:
+            yield M, a, ref, ntw, stages
+
+
 @pytest.mark.parametrize("shape", [(37, 1000), (37, 999), (1, 8), (5, 1), (256, 4096)])
 def test_int8_quant_and_dequant(shape):
     import cupy
@@ -184,27 +208,19 @@ def test_gemv_v2_is_deterministic_and_repeatable():
     assert all(bool((o == outs[0]).all()) for o in outs)
 
 
-# M: 1, odd, exactly 16/32/48/64 and in between (37); N = 48 and 272: partial CTA tiles (BN = 128 or 256).
+# Every M of MARLIN_MS; N = 48 and 272: partial CTA tiles (BN = 128 or 256).
 @pytest.mark.parametrize("K,N", [(128, 48), (384, 272), (1152, 1040), (8192, 8192)])
 def test_marlin_matches_the_reference(K, N):
-    import cupy
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q, z, s = _int4_problem(K, N)
-    _, qzeros = Q.pack_gptq(q, z)
-    qmma = Q.pack_mma(q)
-    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)   # what the B fragments hold
+    qzeros, qmma, s, W = _mma_problem(K, N)
     groups = K // Q.GROUP
-    for M in (1, 5, 16, 17, 32, 37, 48, 64):
-        a = _bf16_normal((M, K))
-        ref = a.astype(cupy.float32) @ W
-        mt = -(-M // 16)
-        for _, ntw, stages in [c for c in Q.MARLIN_CONFIGS if c[0] == mt]:
-            for splits in sorted({None, 1, groups}, key=lambda v: -1 if v is None else v):
-                out = poisoned((M, N), Q.BF16)
-                Q.launch_marlin(a, qmma, qzeros, s, out, ntw=ntw, stages=stages, splits=splits)
-                assert_close(out, ref, dtype="bfloat16",
-                             name=f"marlin M={M} K={K} N={N} NTW={ntw} stages={stages} splits={splits}")
+    for M, a, ref, ntw, stages in _marlin_cases(K, W, Q.MARLIN_CONFIGS):
+        for splits in sorted({None, 1, groups}, key=lambda v: -1 if v is None else v):
+            out = poisoned((M, N), Q.BF16)
+            Q.launch_marlin(a, qmma, qzeros, s, out, ntw=ntw, stages=stages, splits=splits)
+            assert_close(out, ref, dtype="bfloat16",
+                         name=f"marlin M={M} K={K} N={N} NTW={ntw} stages={stages} splits={splits}")
 
 
 def test_marlin_extreme_activations_and_rejects():
@@ -213,10 +229,7 @@ def test_marlin_extreme_activations_and_rejects():
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
     K, N, M = 1024, 256, 16
-    q, z, s = _int4_problem(K, N)
-    _, qzeros = Q.pack_gptq(q, z)
-    qmma = Q.pack_mma(q)
-    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)
+    qzeros, qmma, s, W = _mma_problem(K, N)
     for scale in (1e-6, 1e3):
         a = (_bf16_normal((M, K)).astype(cupy.float32) * scale).astype(Q.BF16)
         out = poisoned((M, N), Q.BF16)
@@ -311,23 +324,15 @@ def test_gemv_v5_is_deterministic_and_extreme_activations():
 # automatic one wave, and more CTAs than units (clamped). N = 48, 272, 1040: partial CTA tiles.
 @pytest.mark.parametrize("K,N", [(128, 48), (384, 272), (1152, 1040), (8192, 8192)])
 def test_marlin_v3_matches_the_reference(K, N):
-    import cupy
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q, z, s = _int4_problem(K, N)
-    _, qzeros = Q.pack_gptq(q, z)
-    qmma = Q.pack_mma(q)
-    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)   # what the B fragments hold
-    for M in (1, 5, 16, 17, 32, 37, 48, 64):
-        a = _bf16_normal((M, K))
-        ref = a.astype(cupy.float32) @ W
-        mt = -(-M // 16)
-        for _, ntw, stages in [c for c in Q.MARLIN_V3_CONFIGS if c[0] == mt]:
-            for ctas in (None, 1, 3, 7, 100000):
-                out = poisoned((M, N), Q.BF16)
-                Q.launch_marlin_v3(a, qmma, qzeros, s, out, ntw=ntw, stages=stages, ctas=ctas)
-                assert_close(out, ref, dtype="bfloat16",
-                             name=f"marlin v3 M={M} K={K} N={N} NTW={ntw} stages={stages} ctas={ctas}")
+    qzeros, qmma, s, W = _mma_problem(K, N)
+    for M, a, ref, ntw, stages in _marlin_cases(K, W, Q.MARLIN_V3_CONFIGS):
+        for ctas in (None, 1, 3, 7, 100000):
+            out = poisoned((M, N), Q.BF16)
+            Q.launch_marlin_v3(a, qmma, qzeros, s, out, ntw=ntw, stages=stages, ctas=ctas)
+            assert_close(out, ref, dtype="bfloat16",
+                         name=f"marlin v3 M={M} K={K} N={N} NTW={ntw} stages={stages} ctas={ctas}")
 
 
 def test_marlin_v3_is_deterministic_and_rejects():
@@ -335,10 +340,7 @@ def test_marlin_v3_is_deterministic_and_rejects():
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
     K, N, M = 4096, 1024, 16
-    q, z, s = _int4_problem(K, N)
-    _, qzeros = Q.pack_gptq(q, z)
-    qmma = Q.pack_mma(q)
-    W = Q.dequantize_int4(q, s, z).astype(Q.BF16).astype(cupy.float32)
+    qzeros, qmma, s, W = _mma_problem(K, N)
     a = _bf16_normal((M, K))
     outs = []
     for _ in range(3):
