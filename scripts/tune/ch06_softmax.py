@@ -1,7 +1,7 @@
 """Chapter 6 tuning batch, round 4: per bar shape the current dispatch (S.plan) and the round's new
 candidates only (every v9_stream and v10_cluster_once instance that fits: capacity in [cols, 2 cols)),
-vs torch.softmax (and torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the same bytes (y[...] = x,
-same shape and dtype, same bench) with its GB/s and its share of the 1 GiB copy ceiling, to show what a
+vs torch.softmax (and torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the
+same bytes (cudaMemcpyAsync through utils.hardware.copy_gbps, same bench) with its GB/s and its share of the 1 GiB copy ceiling, to show what a
 copy of this size itself reaches (fixed launch cost). --all times every register version and every v5-v9
 instance that fits, as rounds 1-2 did. Each row also prints the ptxas registers, resident blocks per SM
 and KiB of rows resident (v9: in flight) per SM; v9 names carry the persistent grid's cluster count G.
@@ -81,16 +81,6 @@ def stream_grid(shape, dt, cfg):
     return ln.grid[0] // ln.cluster
 
 
-def time_copy(shape, dt, x, copy):
-    """A plain device copy of the same bytes as the op (read rows x cols, write rows x cols), same bench:
-    (us, GB/s, share of the 1 GiB copy ceiling)."""
-    yc = cupy.empty_like(x)
-    tm = bench(lambda: cupy.copyto(yc, x), **BENCH)
-    assert bool((yc.view(cupy.uint8) == x.view(cupy.uint8)).all()), "copy mismatch"
-    gbs = 2 * x.nbytes / (tm.ms * 1e-3) / 1e9
-    return tm.ms * 1e3, gbs, gbs / copy
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="float32,bfloat16")
@@ -131,7 +121,8 @@ def main():
                 except Exception as exc:          # a peer failing must not stop the batch
                     print(f"{name:32s} {shape!s:>12s} {dn:>8s} ERROR {type(exc).__name__}: {exc}")
             try:
-                cus, cgbs, cfrac = time_copy(shape, dt, x, copy)
+                cgbs = copy_gbps(x.nbytes, **BENCH)      # a copy of the same bytes, same bench
+                cus, cfrac = 2 * x.nbytes / cgbs / 1e3, cgbs / copy
                 print(f"{'copy(same bytes)':32s} {str(shape):>12s} {dn:>8s} {cus:8.1f} {cgbs:7.0f} {cfrac:6.1%} "
                       f"(of the 1 GiB copy)", flush=True)
                 rows.append(dict(candidate="copy(same bytes)", shape=list(shape), dtype=dn, us=cus, gbs=cgbs,

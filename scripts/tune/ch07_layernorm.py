@@ -6,8 +6,8 @@ Round 4: the dispatcher's TUNED choice (marked *) and the new persistent streams
 rmsnorm_v5_stream: as many clusters as fit at once, each CTA's row slice double-buffered in shared memory
 with cp.async) on every stream layout that fits the width (capacity in [n, 2 n)); each stream row names
 its layout, the grid's cluster count G, the ptxas registers and the CTAs per SM. Plus a plain device copy
-of the same bytes (y[...] = x, same shape and dtype, same bench), its GB/s and its share of the 1 GiB
-copy ceiling. Budget: about 90 s on the H200 (torch.compile only with --compile)."""
+of the same bytes (cudaMemcpyAsync through utils.hardware.copy_gbps, same bench), its GB/s and its share of
+the 1 GiB copy ceiling. Budget: about 90 s on the H200 (torch.compile only with --compile)."""
 from __future__ import annotations
 
 import argparse
@@ -68,16 +68,6 @@ def stream_info(op, dtype, n, lay, rows):
     return f"G={grid[0] // lay.cluster} r={regs} b={blocks}"
 
 
-def time_copy(x, copy):
-    """A plain device copy of the same bytes as the op's x and y, same bench: (us, GB/s, share of the
-    1 GiB copy ceiling)."""
-    yc = cupy.empty_like(x)
-    tm = bench(lambda: cupy.copyto(yc, x), **BENCH)
-    assert bool((yc.view(cupy.uint8) == x.view(cupy.uint8)).all()), "copy mismatch"
-    gbs = 2 * x.nbytes / (tm.ms * 1e-3) / 1e9
-    return tm.ms * 1e3, gbs, gbs / copy
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="layernorm,rmsnorm")
@@ -117,7 +107,8 @@ def main():
                 res = {}
                 if (dtype, shape) not in copies:          # the same bytes copied, once per (dtype, shape)
                     try:
-                        copies[dtype, shape] = time_copy(x, copy)
+                        cgbs = copy_gbps(x.nbytes, **BENCH)      # a copy of the same bytes, same bench
+                        copies[dtype, shape] = (2 * x.nbytes / cgbs / 1e3, cgbs, cgbs / copy)
                         cus, cgbs, cfrac = copies[dtype, shape]
                         print(f"{'copy(same bytes)':44s} {'-':9s} {rows}x{n:<7d} {dtype:8s} {cus:8.1f} {cgbs:7.0f} "
                               f"{cfrac:5.0%} (of the 1 GiB copy)", flush=True)
