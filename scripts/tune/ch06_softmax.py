@@ -2,8 +2,8 @@
 candidates only (every v9_stream and v10_cluster_once instance that fits: capacity in [cols, 2 cols)),
 vs torch.softmax (and torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the
 same bytes (cudaMemcpyAsync through utils.hardware.copy_gbps, same bench) with its GB/s and its share of
-the 1 GiB copy ceiling, to show what a copy of this size itself reaches (fixed launch cost). --all times every register version and every v5-v9
-instance that fits, as rounds 1-2 did. Each row also prints the ptxas registers, resident blocks per SM
+the 1 GiB copy ceiling, to show what a copy of this size itself reaches (fixed launch cost). --all times
+every register version and every v5-v10 instance that fits, as rounds 1-2 did. Each row also prints the ptxas registers, resident blocks per SM
 and KiB of rows resident (v9: in flight) per SM; v9 names carry the persistent grid's cluster count G.
 Budget: about 90 s on the H200 with --no-compile.
 Run from the repo root: python scripts/tune/ch06_softmax.py [--dtypes float32,bfloat16] [--no-compile]
