@@ -35,6 +35,9 @@
 // W4A16 tensor-core GEMM v3: w4a16_marlin_v3_stripe<MT,NTW,ST> w4a16_marlin's stage and inner loop on a persistent
 //                           grid (SMs x resident CTAs); (tile, group) units striped evenly over the CTAs, partial
 //                           tiles summed in contributor order by the last to arrive
+// W4A16 tensor-core GEMM v4: w4a16_marlin_v4_post<MT,NTW,ST> w4a16_marlin with GEMV v4's arithmetic: mma on the
+//                           biased codes 128 + q, row sums of A by an mma against ones, zero point and scale
+//                           applied per group and output element in fp32 (marlin_stage_post)
 // W4A16 GEMV v6 (batch 1): w4a16_gemv_v6_tiled  v1 on a tiled copy of qweight (pack_gemv_tiled: each 32-column
 //                           tile's K/8 rows back to back), so a block streams one contiguous range, not 1024
 //                           128-byte pieces 4N bytes apart
@@ -951,6 +954,25 @@ __device__ __forceinline__ void marlin_for_each_pair(const float (&acc)[MT][NTW]
     marlin_for_each_rc(acc, M, N, col0, g, [&](float v0, float v1, int row, int col) { f(v0, v1, (size_t)row * N + col); });
 }
 
+// The warp's weight words for one k64 half of the stage's group: lane's uint4 of each owned n16 tile
+// (one 32-bit word per k16 step), and the A fragments of one k16 step by ldmatrix from the swizzled rows.
+template <int NTW>
+__device__ __forceinline__ void marlin_w_words(const uint4* sw, int half, uint4 (&wq)[NTW]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < NTW; ++j) wq[j] = sw[((warp * NTW + j) * 2 + half) * 32 + lane];
+}
+
+template <int MT>
+__device__ __forceinline__ void marlin_a_frags(const unsigned char* sa, int ks, unsigned (&a)[MT][4]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {                            // row mt*16 + lane%16, k chunk 2 ks + lane/16
+        const int r = mt * 16 + (lane & 15), c = 2 * ks + (lane >> 4);
+        ldmatrix_x4(a[mt], sa + r * 256 + ((c ^ (r & 7)) * 16));
+    }
+}
+
 // One stage (one group of the CTA's tile) into the accumulators: per k16 step, ldmatrix.x4 the A fragment
 // of each m16 tile; dequantize each owned n16 tile's word into B fragments; 2 mma per (m16, n16) pair.
 // [[snippet: marlin_stage]]
@@ -974,17 +996,11 @@ __device__ __forceinline__ void marlin_stage_mma(const unsigned char* st, float 
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         uint4 wq[NTW];
-#pragma unroll
-        for (int j = 0; j < NTW; ++j) wq[j] = sw[((warp * NTW + j) * 2 + half) * 32 + lane];
+        marlin_w_words<NTW>(sw, half, wq);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-            const int ks = half * 4 + kk;                        // k16 step within the group
             unsigned a[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {                    // row mt*16 + lane%16, k chunk 2 ks + lane/16
-                const int r = mt * 16 + (lane & 15), c = 2 * ks + (lane >> 4);
-                ldmatrix_x4(a[mt], sa + r * 256 + ((c ^ (r & 7)) * 16));
-            }
+            marlin_a_frags<MT>(sa, half * 4 + kk, a);            // k16 step half * 4 + kk of the group
 #pragma unroll
             for (int j = 0; j < NTW; ++j) {
                 const unsigned w = kk == 0 ? wq[j].x : kk == 1 ? wq[j].y : kk == 2 ? wq[j].z : wq[j].w;
@@ -995,9 +1011,77 @@ __device__ __forceinline__ void marlin_stage_mma(const unsigned char* st, float 
 }
 // [[/snippet]]
 
+// v4: v2's stage with GEMV v4's arithmetic: the mma takes the biased codes 128 + q as they come, one
+// more mma against a B of ones gives the row sums of A, and per group and output element two FFMA apply
+// the zero point and the scale: s (sum A (128 + q) - (128 + z) sum A) = s sum A (q - z), in fp32.
+// Why: ncu on v2 at M = 16 (2026-11-29, H200) found 45% of issue slots busy with ~0.8 eligible warps per
+// scheduler, stalls mostly "wait" (fixed-latency dependencies), barrier and short scoreboard, memory
+// waits under 10%: too many dependent instructions per weight, of which v2 spends 4 HSUB2 + 4 HMUL2 per
+// 8 weights on (q - z) s. Precision: the fp32 group sum is ~128x the result it is subtracted to, which
+// costs ~7 of its 24 bits; what remains is far below the bf16 output's 8.
+// [[snippet: marlin_stage_post]]
+template <int MT, int NTW>
+__device__ __forceinline__ void marlin_stage_post(const unsigned char* st, float (&acc)[MT][NTW][2][4]) {
+    using S = MarlinStage<MT, NTW>;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+    const uint4* sw = reinterpret_cast<const uint4*>(st);
+    const unsigned char* sa = st + S::W_BYTES;
+    const unsigned* ss = reinterpret_cast<const unsigned*>(st + S::W_BYTES + S::A_BYTES);   // bf16 pairs
+    const unsigned* sz = reinterpret_cast<const unsigned*>(st + S::W_BYTES + S::A_BYTES + S::S_BYTES);
+    float part[MT][NTW][2][4] = {};             // this group's sum_k A (128 + q), fp32
+    float rs[MT][4] = {};                       // this group's row sums of A: [0], [1] row g; [2], [3] row g + 8
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        uint4 wq[NTW];
+        marlin_w_words<NTW>(sw, half, wq);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            unsigned a[MT][4];
+            marlin_a_frags<MT>(sa, half * 4 + kk, a);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_m16n8k16_bf16(rs[mt], a[mt], BF16X2_ONE, BF16X2_ONE);
+#pragma unroll
+            for (int j = 0; j < NTW; ++j) {
+                const unsigned w = kk == 0 ? wq[j].x : kk == 1 ? wq[j].y : kk == 2 ? wq[j].z : wq[j].w;
+                unsigned b[4];
+                int4x8_to_bf16x8_biased(w, b);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_m16n8k16_bf16(part[mt][j][0], a[mt], b[0], b[1]);   // n8 tile at column g
+                    mma_m16n8k16_bf16(part[mt][j][1], a[mt], b[2], b[3]);   // n8 tile at column g + 8
+                }
+            }
+        }
+    }
+    // The lane's accumulators hold columns 8h + 2t, 8h + 2t + 1 of each n16 tile: their scales are one
+    // bf16 pair, their zero points nibbles 2t, 2t + 1 of the tile's word h (GPTQ: nibble i = column i).
+#pragma unroll
+    for (int j = 0; j < NTW; ++j) {
+        const int ntl = warp * NTW + j;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float2 sc = __bfloat1622float2(u32_as_bf162(ss[8 * ntl + 4 * h + t]));
+            const unsigned zw = sz[2 * ntl + h] >> (8 * t);
+            const float z0 = 128.f + (float)(zw & 0xfu), z1 = 128.f + (float)((zw >> 4) & 0xfu);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    acc[mt][j][h][2 * p] = fmaf(sc.x, fmaf(-z0, rs[mt][2 * p], part[mt][j][h][2 * p]),
+                                                acc[mt][j][h][2 * p]);
+                    acc[mt][j][h][2 * p + 1] = fmaf(sc.y, fmaf(-z1, rs[mt][2 * p + 1], part[mt][j][h][2 * p + 1]),
+                                                    acc[mt][j][h][2 * p + 1]);
+                }
+        }
+    }
+}
+// [[/snippet]]
+
+// The kernel body of v2 and v4 (they differ only in what a stage does with its group; POST: v4's
+// marlin_stage_post, else marlin_stage_mma).
 // [[snippet: w4a16_marlin]]
-template <int MT, int NTW, int STAGES>
-__global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up to 128 registers
+template <int MT, int NTW, int STAGES, bool POST>
+__device__ __forceinline__ void marlin_body(
     const uint4* __restrict__ qmma,             // [N/16, K/64, 32] uint4
     const unsigned* __restrict__ qzeros,        // [K/128, N/8]
     const __nv_bfloat16* __restrict__ scales,   // [K/128, N]
@@ -1031,7 +1115,8 @@ __global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up t
             copies.issue(smem + (nxt % STAGES) * S::BYTES, g_begin + nxt, K, N, qmma, qzeros, scales, A);
         cp_async_commit();
 
-        marlin_stage_mma<MT, NTW>(smem + (i % STAGES) * S::BYTES, acc);
+        if constexpr (POST) marlin_stage_post<MT, NTW>(smem + (i % STAGES) * S::BYTES, acc);
+        else marlin_stage_mma<MT, NTW>(smem + (i % STAGES) * S::BYTES, acc);
     }
     cp_async_wait<0>();
 
@@ -1060,6 +1145,25 @@ __global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up t
 }
 // [[/snippet]]
 
+template <int MT, int NTW, int STAGES>
+__global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up to 128 registers
+    const uint4* __restrict__ qmma, const unsigned* __restrict__ qzeros, const __nv_bfloat16* __restrict__ scales,
+    const __nv_bfloat16* __restrict__ A, __nv_bfloat16* __restrict__ C, float* __restrict__ ws,
+    unsigned* __restrict__ counters, int M, int K, int N) {
+    marlin_body<MT, NTW, STAGES, false>(qmma, qzeros, scales, A, C, ws, counters, M, K, N);
+}
+
+// [[snippet: w4a16_marlin_v4]]
+template <int MT, int NTW, int STAGES>
+__global__ void __launch_bounds__(256, 2) w4a16_marlin_v4_post(   // v2 with marlin_stage_post
+    const uint4* __restrict__ qmma, const unsigned* __restrict__ qzeros, const __nv_bfloat16* __restrict__ scales,
+    const __nv_bfloat16* __restrict__ A, __nv_bfloat16* __restrict__ C, float* __restrict__ ws,
+    unsigned* __restrict__ counters, int M, int K, int N) {
+    marlin_body<MT, NTW, STAGES, true>(qmma, qzeros, scales, A, C, ws, counters, M, K, N);
+}
+// [[/snippet]]
+
+
 // ---------------------------------------------------------------------------------------------------
 // W4A16 GEMV v4: tensor cores for batch 1, fewer instructions per weight. Run 2 showed that more bytes
 // in flight (v3) did not help v1; v1's SASS issues ~2.8 instructions per weight (per 8 weights: 3 shifts,
@@ -1078,7 +1182,6 @@ __global__ void __launch_bounds__(256, 2) w4a16_marlin(   // 2 CTAs per SM: up t
 // Requires K % 128 == 0 and N % 16 == 0 (the shuffle's tiles).
 // ---------------------------------------------------------------------------------------------------
 #define V4_BATCH 1                     // groups per register batch: 2 uint4 (32 B) per lane per n16 tile
-#define BF16X2_ONE 0x3f803f80u         // (1.0, 1.0) in bf16
 
 template <int NTW>
 __device__ __forceinline__ void gemv_v4_load(uint4 (&w)[NTW][2 * V4_BATCH], const uint4* const (&wp)[NTW],

@@ -39,6 +39,10 @@ GEMV_V3_CONFIGS = ((8, 3), (4, 5))                                      # (rows 
 GEMV_V4_CONFIGS = ((1, 4), (1, 8), (2, 8))                                      # (n16 tiles per warp, warps per CTA)
 GEMV_V4_DEFAULT = (1, 4)
 MARLIN_CONFIGS = ((1, 1, 4), (1, 2, 4), (2, 1, 4), (3, 1, 4), (4, 1, 4), (4, 1, 3))   # (m16 tiles, n16/warp, stages)
+# w4a16_marlin_v4_post: w4a16_marlin's grid and pipeline; four m16 tiles would spill at 2 CTAs per SM (the
+# per-group sums double the accumulators), so it takes M <= 48.
+MARLIN_V4 = "w4a16_marlin_v4_post"
+MARLIN_V4_CONFIGS = ((1, 1, 4), (1, 2, 4), (2, 1, 4), (3, 1, 4))
 GEMV_V5_CONFIGS = ((32, 8), (64, 8), (64, 4))                          # (BN columns, rows per load batch)
 GEMV_V5_DEFAULT = (64, 8)
 MARLIN_V3_CONFIGS = ((1, 1, 4), (1, 1, 6), (1, 2, 4), (2, 1, 4), (3, 1, 4), (4, 1, 3))   # (m16 tiles, n16/warp, stages)
@@ -56,8 +60,8 @@ def gemv_v4_name(ntw: int, warps: int) -> str:
     return f"w4a16_gemv_v4_mma<{ntw}, {warps}>"
 
 
-def marlin_name(mt: int, ntw: int, stages: int) -> str:
-    return f"w4a16_marlin<{mt}, {ntw}, {stages}>"
+def marlin_name(mt: int, ntw: int, stages: int, kernel: str = "w4a16_marlin") -> str:
+    return f"{kernel}<{mt}, {ntw}, {stages}>"
 
 
 def gemv_v5_name(bn: int, rows: int) -> str:
@@ -71,6 +75,7 @@ def marlin_v3_name(mt: int, ntw: int, stages: int) -> str:
 SOURCE = KernelSource("quant.cu", name_expressions=tuple(
     [gemv_v2_name(*c) for c in GEMV_V2_CONFIGS] + [gemv_v3_name(*c) for c in GEMV_V3_CONFIGS]
     + [gemv_v4_name(*c) for c in GEMV_V4_CONFIGS] + [marlin_name(*c) for c in MARLIN_CONFIGS]
+    + [marlin_name(*c, kernel=MARLIN_V4) for c in MARLIN_V4_CONFIGS]
     + [gemv_v5_name(*c) for c in GEMV_V5_CONFIGS] + [marlin_v3_name(*c) for c in MARLIN_V3_CONFIGS]))
 
 GROUP = 128
@@ -713,18 +718,25 @@ MARLIN_DEFAULT = {1: (1, 4), 2: (1, 4), 3: (1, 4), 4: (1, 3)}     # m16 tiles ->
 
 
 def marlin_plan(M: int, K: int, N: int, ntw: int | None = None, stages: int | None = None,
-                splits: int | None = None, sms: int = H200_SMS):
-    """(kernel name, grid, dynamic smem bytes) of w4a16_marlin for an M x K x N product."""
+                splits: int | None = None, sms: int = H200_SMS, kernel: str = "w4a16_marlin"):
+    """(kernel name, grid, dynamic smem bytes) of w4a16_marlin (or ``kernel`` = MARLIN_V4, the same grid and
+    stages) for an M x K x N product."""
     mma_check_shapes(M, K, N)
-    if M > MARLIN_MAX_M:
-        raise ValueError(f"M = {M}: w4a16_marlin keeps all rows of A in one CTA and takes M <= {MARLIN_MAX_M}; "
-                         "larger batches are compute-bound, use a dense GEMM on dequantized weights")
+    tables = {"w4a16_marlin": MARLIN_CONFIGS, MARLIN_V4: MARLIN_V4_CONFIGS}
+    if kernel not in tables:
+        raise ValueError(f"kernel = {kernel!r}: expected one of {list(tables)}")
+    configs = tables[kernel]
+    max_m = 16 * max(c[0] for c in configs)
+    if M > max_m:
+        raise ValueError(f"M = {M}: {kernel} keeps all rows of A in one CTA and takes M <= {max_m}; "
+                         + ("use w4a16_marlin (v2_marlin) up to 64" if max_m < MARLIN_MAX_M else
+                            "larger batches are compute-bound, use a dense GEMM on dequantized weights"))
     mt = ceil_div(M, 16)
     d_ntw, d_stages = MARLIN_DEFAULT[mt]
     ntw, stages = ntw or d_ntw, stages or d_stages
-    if (mt, ntw, stages) not in MARLIN_CONFIGS:
-        avail = [c[1:] for c in MARLIN_CONFIGS if c[0] == mt]
-        raise ValueError(f"w4a16_marlin: (n16 tiles per warp, stages) = {(ntw, stages)} is not instantiated "
+    if (mt, ntw, stages) not in configs:
+        avail = [c[1:] for c in configs if c[0] == mt]
+        raise ValueError(f"{kernel}: (n16 tiles per warp, stages) = {(ntw, stages)} is not instantiated "
                          f"for {mt} m16 tiles (M = {M}); choose one of {avail}")
     smem = stages * marlin_stage_bytes(mt, ntw)
     tiles, groups = ceil_div(N, 128 * ntw), K // GROUP
@@ -732,19 +744,25 @@ def marlin_plan(M: int, K: int, N: int, ntw: int | None = None, stages: int | No
         splits = plan_splits(tiles, groups, sms, min(2, ctas_per_sm_by_smem(smem)))
     if not 1 <= splits <= groups:
         raise ValueError(f"splits = {splits}: expected 1 .. {groups} (K / 128 groups)")
-    return marlin_name(mt, ntw, stages), (tiles, splits, 1), smem
+    return marlin_name(mt, ntw, stages, kernel), (tiles, splits, 1), smem
 
 
-def launch_marlin(a, qmma, qzeros, scales, out, *, ntw=None, stages=None, splits=None):
-    """out (M, N) bf16 = a (M, K) bf16 @ dequant(qmma, qzeros, scales), M <= 64, Marlin-style (w4a16_marlin)."""
+def launch_marlin(a, qmma, qzeros, scales, out, *, ntw=None, stages=None, splits=None, kernel="w4a16_marlin"):
+    """out (M, N) bf16 = a (M, K) bf16 @ dequant(qmma, qzeros, scales), M <= 64, Marlin-style (w4a16_marlin, or
+    ``kernel`` = MARLIN_V4)."""
     M, K, N = _mma_validate(a, qmma, qzeros, scales, out)
-    name, grid, smem = marlin_plan(M, K, N, ntw, stages, splits, sms=_sms())
+    name, grid, smem = marlin_plan(M, K, N, ntw, stages, splits, sms=_sms(), kernel=kernel)
     ws = _scratch("ws", grid[1] * M * N if grid[1] > 1 else 1, np.float32)
     counters = _scratch("counters", grid[0], np.uint32)
     _set_smem(SOURCE.function(name), smem)(grid, (THREADS, 1, 1),
                                            (qmma, qzeros, scales, a, out, ws, counters,
                                             np.int32(M), np.int32(K), np.int32(N)), shared_mem=smem)
     return out
+
+
+def launch_marlin_v4(a, qmma, qzeros, scales, out, *, ntw=None, stages=None, splits=None):
+    """launch_marlin with w4a16_marlin_v4_post: zero point and scale applied per group after the mma."""
+    return launch_marlin(a, qmma, qzeros, scales, out, ntw=ntw, stages=stages, splits=splits, kernel=MARLIN_V4)
 
 
 # --- W4A16 GEMV v5: split-K over CTAs, <= 64 registers, whole waves ---------------------------------
@@ -901,6 +919,8 @@ GEMM_VERSIONS = registry(
             "one group per stage through a cp.async pipeline; A by ldmatrix from swizzled smem; split-K over CTAs"),
     Version("w4a16_marlin_v3_stripe", "v3_stripe", launch_marlin_v3,
             "v2's stage on a persistent grid of one wave; (tile, group) units striped evenly over the CTAs"),
+    Version(MARLIN_V4, "v4_post", launch_marlin_v4,
+            "v2 with GEMV v4's arithmetic: mma on 128 + q, zero point and scale per group after the mma"),
 )
 BEST_GEMM = "v2_marlin"
 

@@ -548,12 +548,18 @@ def test_split_planning_and_stage_sizes():
             Q.marlin_plan(16, 1024, 256, **kw)
     with pytest.raises(ValueError, match="M <= 64"):
         Q.marlin_plan(65, 1024, 256)
+    assert Q.marlin_plan(16, 8192, 8192, kernel=Q.MARLIN_V4)[:2] == ("w4a16_marlin_v4_post<1, 1, 4>", (64, 4, 1))
+    with pytest.raises(ValueError, match="M <= 48"):
+        Q.marlin_plan(49, 1024, 256, kernel=Q.MARLIN_V4)
+    with pytest.raises(ValueError, match="expected one of"):
+        Q.marlin_plan(16, 1024, 256, kernel="w4a16_nope")
     with pytest.raises(ValueError, match="not instantiated"):
         Q.gemv_v2_plan(1024, 256, bn=32, stages=4)
     every = set(Q.SOURCE.name_expressions)
     assert ({Q.gemv_v2_name(*c) for c in Q.GEMV_V2_CONFIGS} | {Q.gemv_v3_name(*c) for c in Q.GEMV_V3_CONFIGS}
             | {Q.gemv_v4_name(*c) for c in Q.GEMV_V4_CONFIGS} | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS}
-            | {Q.gemv_v5_name(*c) for c in Q.GEMV_V5_CONFIGS} | {Q.marlin_v3_name(*c) for c in Q.MARLIN_V3_CONFIGS}) == every
+            | {Q.gemv_v5_name(*c) for c in Q.GEMV_V5_CONFIGS} | {Q.marlin_v3_name(*c) for c in Q.MARLIN_V3_CONFIGS}
+            | {Q.marlin_name(*c, kernel=Q.MARLIN_V4) for c in Q.MARLIN_V4_CONFIGS}) == every
     assert all((mt, *Q.MARLIN_DEFAULT[mt]) in Q.MARLIN_CONFIGS for mt in (1, 2, 3, 4))
 
 
@@ -595,10 +601,12 @@ def test_marlin_launcher_rejects_bad_arguments():
                 v.launch(**dict(good, **override))
 
 
-def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits):
+def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits, post=False):
     """w4a16_marlin's indexing in Python, exact arithmetic: cp.async stage layout (weights, XOR-swizzled A,
     scales, zero words with partial chunks), ldmatrix addressing, the B/A/D fragment layouts of
-    mma.m16n8k16, the epilogue and the split-K sum. Returns float64 [M, N]."""
+    mma.m16n8k16, the epilogue and the split-K sum. ``post``: w4a16_marlin_v4_post's stage instead (B = the
+    biased codes 128 + q, row sums of A by an mma against ones, zero point and scale per group on the
+    lane's D columns). Returns float64 [M, N]."""
     qm = qmma.view(np.uint32).reshape(-1, 4)                       # uint4 index -> 4 words
     a16 = a.view(np.uint16).reshape(-1)
     sc = scales.astype(np.float64).reshape(-1)
@@ -635,6 +643,8 @@ def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits):
                     word = nt0 * 2 + c                       # 4-byte aligned unless N % 32 == 0)
                     if word < N // 8:
                         sz[c] = qz[gi * (N // 8) + word]
+                part = np.zeros((8, mt, ntw, 2, 32, 4))             # v4: this group's sum A (128 + q)
+                rsum = np.zeros((mt, 32, 4))                        # v4: the ones-mma's D (row sums of A)
                 for warp in range(8):
                     for ks in range(8):
                         half, kk = ks // 4, ks % 4
@@ -657,9 +667,9 @@ def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits):
                                 w = int(sw[(ntl * 2 + half) * 32 + lane][kk])
                                 for i in range(4):                   # b[i] = nibbles (i, i + 4), column g or g+8
                                     col_l = 16 * ntl + g + 8 * (i >> 1)
-                                    z = (int(sz[col_l // 8]) >> (4 * (col_l % 8))) & 15
+                                    z = -128 if post else (int(sz[col_l // 8]) >> (4 * (col_l % 8))) & 15
                                     bfr[lane, i] = [((w >> (4 * i)) & 15) - z, ((w >> (4 * i + 16)) & 15) - z]
-                                    bfr[lane, i] *= ss[col_l]
+                                    bfr[lane, i] *= 1.0 if post else ss[col_l]
                             for m in range(mt):
                                 for h in range(2):                   # n8 tile h: B regs b[2h], b[2h+1]
                                     A = np.zeros((16, 16))
@@ -673,10 +683,28 @@ def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits):
                                         B[2 * t:2 * t + 2, g] = bfr[lane, 2 * h]
                                         B[2 * t + 8:2 * t + 10, g] = bfr[lane, 2 * h + 1]
                                     D = A @ B
+                                    R = A @ np.ones((16, 8))
                                     for lane in range(32):
                                         g, t = lane // 4, lane % 4
-                                        acc[warp, m, j, h, lane] += [D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t],
-                                                               D[g + 8, 2 * t + 1]]
+                                        frag = [D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]]
+                                        (part if post else acc)[warp, m, j, h, lane] += frag
+                                        if warp == j == h == 0:
+                                            rsum[m, lane] += [R[g, 2 * t], R[g, 2 * t + 1], R[g + 8, 2 * t],
+                                                              R[g + 8, 2 * t + 1]]
+                    if post:                                 # per group: the lane's columns 8h + 2t + e
+                        for j in range(ntw):
+                            ntl = warp * ntw + j
+                            for h in range(2):
+                                for lane in range(32):
+                                    t = lane % 4
+                                    for e in range(2):
+                                        col_l = 16 * ntl + 8 * h + 2 * t + e
+                                        zb = 128 + ((int(sz[2 * ntl + h]) >> (8 * t + 4 * e)) & 15)
+                                        for m in range(mt):
+                                            for p in range(2):
+                                                i = 2 * p + e
+                                                acc[warp, m, j, h, lane, i] += ss[col_l] * (
+                                                    part[warp, m, j, h, lane, i] - zb * rsum[m, lane, i])
             for warp in range(8):
                 for m in range(mt):
                     for j in range(ntw):
@@ -693,14 +721,15 @@ def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits):
     return out
 
 
+@pytest.mark.parametrize("post", [False, True], ids=["v2", "v4_post"])
 @pytest.mark.parametrize("M,K,N,ntw,splits", [(5, 256, 48, 1, 2), (20, 128, 272, 2, 1)])
-def test_marlin_index_arithmetic_port(rng, M, K, N, ntw, splits):
+def test_marlin_index_arithmetic_port(rng, M, K, N, ntw, splits, post):
     q = rng.integers(0, 16, (K, N)).astype(np.uint8)
     z = rng.integers(0, 16, (K // 128, N)).astype(np.uint8)
     s = rng.uniform(0.5, 2, (K // 128, N)).astype(BF16)
     a = rng.integers(-8, 8, (M, K)).astype(BF16)                   # small integers: every product exact
     qmma, qzeros = Q.pack_mma(q), Q.pack_gptq(q, z)[1]
-    got = _port_marlin(a, qmma, qzeros, s, M, K, N, -(-M // 16), ntw, splits)
+    got = _port_marlin(a, qmma, qzeros, s, M, K, N, -(-M // 16), ntw, splits, post)
     ref = a.astype(np.float64) @ Q.dequantize_int4(q, s.astype(np.float64), z).astype(np.float64)
     assert np.allclose(got, ref, rtol=1e-12, atol=1e-9)
 

@@ -58,3 +58,22 @@ def write_results_page(path: Path, root: Path = RESULTS) -> None:
     text = results_markdown(root)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
+
+
+def profile_excerpt(kernel: str, name: str, gpu: str = "nvidia-h200", root: Path = RESULTS) -> str:
+    """The block of one kernel (its line starts with ``== ``, ``kernel`` a substring of it) from a stored
+    Nsight Compute summary, results/<gpu>/profiles/<name>.txt (scripts/tune/profile_summary.py writes them)."""
+    path = Path(root) / gpu / "profiles" / f"{name}.txt"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no stored profile of that name (scripts/tune/profile_misses.sh writes one)")
+    block, found = [], False
+    for line in path.read_text().splitlines():
+        if line.startswith("== "):
+            if found:
+                break
+            found = kernel in line
+        if found:
+            block.append(line)
+    if not block:
+        raise KeyError(f"{kernel!r}: no such kernel in {path.name}")
+    return "\n".join(block)

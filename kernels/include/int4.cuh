@@ -34,6 +34,7 @@ __device__ __forceinline__ unsigned half2_as_u32(__half2 v) { return *reinterpre
 
 #define BF16X2_MAGIC 0x43004300u   // (128.0, 128.0) in bf16
 #define FP16X2_MAGIC 0x64006400u   // (1024.0, 1024.0) in fp16
+#define BF16X2_ONE 0x3f803f80u     // (1.0, 1.0) in bf16: a B fragment of ones makes an mma sum A's rows
 
 // [[snippet: int4_magic_bf16]]
 // 8 nibbles -> 4 bf16x2 words holding 128 + q ("biased"), in nibble pairs (j, j + 4):

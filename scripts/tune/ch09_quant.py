@@ -1,4 +1,4 @@
-"""Chapter 9 tuning batch (round 4): W4A16 GEMV (batch 1) and the Marlin-style GEMM (M = 16, 32, 64) at
+"""Chapter 9 tuning batch (round 5: + Marlin v4, zero point and scale after the mma): W4A16 GEMV (batch 1) and the Marlin-style GEMM (M = 16, 32, 64) at
 K = N = 8192 against cuBLAS bf16 on the same weights dequantized to bf16. Candidates: the measured best so
 far (GEMV v1, Marlin v2's default instance per M with automatic split-K) plus the new GEMV v5 (split-K grid
 of whole waves, <= 64 registers) in each instantiated (BN, rows) and a few K splits, and the new Marlin v3
@@ -53,7 +53,9 @@ def residency(name, threads=256, smem=0):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.parse_args()
+    ap.add_argument("--skip-v3", action="store_true", help="leave out the Marlin v3 sweep (measured in round 4)")
+    ap.add_argument("--skip-gemv-v5", action="store_true", help="leave out the GEMV v5 sweep (measured in round 4)")
+    args = ap.parse_args()
     t = time.perf_counter()
     Q.SOURCE.function(Q.gemv_v2_name(*Q.GEMV_V2_DEFAULT))           # one NVRTC compile builds every instance
     print(f"# NVRTC compile: {time.perf_counter() - t:.1f} s", flush=True)
@@ -105,7 +107,7 @@ def main():
          y, ref, nb, flops, peer, kernel=("w4a16_gemv_v1_magic",), grid=Q.gemv_grid(N)[0])
     emit("gemv v6_tiled", "gemv", shape, lambda: Q.launch_gemv_v6(x, P["qtiled"], P["qzeros"], P["s"], y),
          y, ref, nb, flops, peer, kernel=("w4a16_gemv_v6_tiled",), grid=Q.gemv_grid(N)[0])
-    for bn, rws in Q.GEMV_V5_CONFIGS:
+    for bn, rws in ([] if args.skip_gemv_v5 else Q.GEMV_V5_CONFIGS):
         auto = Q.gemv_v5_plan(K, N, bn, rws, sms=sms)[1][1]
         for splits in sorted({auto, max(1, auto // 2), 2 * auto}):
             name, grid = Q.gemv_v5_plan(K, N, bn, rws, splits, sms=sms)
@@ -132,7 +134,17 @@ def main():
         emit(f"marlin v2 NTW={ntw} st={st} splits=auto({grid[1]})", key, shape,
              lambda ntw=ntw, st=st: Q.launch_marlin(a, P["qmma"], P["qzeros"], P["s"], c, ntw=ntw, stages=st),
              c, ref, nb, flops, peer, kernel=(name, 256, smem), grid=grid[0] * grid[1])
-        for _, ntw, st in [cfg for cfg in Q.MARLIN_V3_CONFIGS if cfg[0] == mt]:
+        # Marlin v4 (zero point and scale after the mma): every instance, the planned K split and its neighbours
+        for _, ntw, st in [cfg for cfg in Q.MARLIN_V4_CONFIGS if cfg[0] == mt]:
+            auto = Q.marlin_plan(M, K, N, ntw, st, sms=sms, kernel=Q.MARLIN_V4)[1][1]
+            for splits in sorted({auto, max(1, auto // 2), 2 * auto}):
+                name, grid, smem = Q.marlin_plan(M, K, N, ntw, st, splits, sms=sms, kernel=Q.MARLIN_V4)
+                tag = f"auto({splits})" if splits == auto else str(splits)
+                emit(f"marlin v4 NTW={ntw} st={st} splits={tag}", key, shape,
+                     lambda ntw=ntw, st=st, splits=splits: Q.launch_marlin_v4(a, P["qmma"], P["qzeros"], P["s"], c,
+                                                                              ntw=ntw, stages=st, splits=splits),
+                     c, ref, nb, flops, peer, kernel=(name, 256, smem), grid=grid[0] * grid[1])
+        for _, ntw, st in ([] if args.skip_v3 else [cfg for cfg in Q.MARLIN_V3_CONFIGS if cfg[0] == mt]):
             name, grid, smem, _ = Q.marlin_v3_plan(M, K, N, ntw, st, sms=sms)
             try:
                 driver_res = residency(name, 256, smem)[1]

@@ -208,22 +208,28 @@ def test_gemv_v2_is_deterministic_and_repeatable():
     assert all(bool((o == outs[0]).all()) for o in outs)
 
 
-# Every M of MARLIN_MS; N = 48 and 272: partial CTA tiles (BN = 128 or 256).
+# Every M of MARLIN_MS (v4: up to its 48); N = 48 and 272: partial CTA tiles (BN = 128 or 256). v2 and v4 share
+# the grid, the pipeline and the split-K epilogue; they differ in where the zero point and the scale go.
+MARLIN_KERNELS = {"w4a16_marlin": "MARLIN_CONFIGS", "w4a16_marlin_v4_post": "MARLIN_V4_CONFIGS"}
+
+
+@pytest.mark.parametrize("kernel", list(MARLIN_KERNELS))
 @pytest.mark.parametrize("K,N", [(128, 48), (384, 272), (1152, 1040), (8192, 8192)])
-def test_marlin_matches_the_reference(K, N):
+def test_marlin_matches_the_reference(K, N, kernel):
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
     qzeros, qmma, s, W = _mma_problem(K, N)
     groups = K // Q.GROUP
-    for M, a, ref, ntw, stages in _marlin_cases(K, W, Q.MARLIN_CONFIGS):
+    for M, a, ref, ntw, stages in _marlin_cases(K, W, getattr(Q, MARLIN_KERNELS[kernel])):
         for splits in sorted({None, 1, groups}, key=lambda v: -1 if v is None else v):
             out = poisoned((M, N), Q.BF16)
-            Q.launch_marlin(a, qmma, qzeros, s, out, ntw=ntw, stages=stages, splits=splits)
+            Q.launch_marlin(a, qmma, qzeros, s, out, ntw=ntw, stages=stages, splits=splits, kernel=kernel)
             assert_close(out, ref, dtype="bfloat16",
-                         name=f"marlin M={M} K={K} N={N} NTW={ntw} stages={stages} splits={splits}")
+                         name=f"{kernel} M={M} K={K} N={N} NTW={ntw} stages={stages} splits={splits}")
 
 
-def test_marlin_extreme_activations_and_rejects():
+@pytest.mark.parametrize("kernel,max_m", [("w4a16_marlin", 64), ("w4a16_marlin_v4_post", 48)])
+def test_marlin_extreme_activations_and_rejects(kernel, max_m):
     """Large and tiny activations (fp32 accumulation keeps both), then the launcher's refusals."""
     import cupy
     from kernels import quant as Q
@@ -233,12 +239,14 @@ def test_marlin_extreme_activations_and_rejects():
     for scale in (1e-6, 1e3):
         a = (_bf16_normal((M, K)).astype(cupy.float32) * scale).astype(Q.BF16)
         out = poisoned((M, N), Q.BF16)
-        Q.launch_marlin(a, qmma, qzeros, s, out)
-        assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"marlin |a| ~ {scale}")
-    with pytest.raises(ValueError, match="M <= 64"):
-        Q.launch_marlin(_bf16_normal((65, K)), qmma, qzeros, s, poisoned((65, N), Q.BF16))
+        Q.launch_marlin(a, qmma, qzeros, s, out, kernel=kernel)
+        assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"{kernel} |a| ~ {scale}")
+    big = max_m + 1
+    with pytest.raises(ValueError, match=f"M <= {max_m}"):
+        Q.launch_marlin(_bf16_normal((big, K)), qmma, qzeros, s, poisoned((big, N), Q.BF16), kernel=kernel)
     with pytest.raises(ValueError, match="not instantiated"):
-        Q.launch_marlin(_bf16_normal((M, K)), qmma, qzeros, s, poisoned((M, N), Q.BF16), ntw=2, stages=8)
+        Q.launch_marlin(_bf16_normal((M, K)), qmma, qzeros, s, poisoned((M, N), Q.BF16), ntw=2, stages=8,
+                        kernel=kernel)
 
 
 # GEMV v4 reads the shuffled weights (pack_mma): N must be a multiple of 16, so the odd shapes are

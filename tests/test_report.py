@@ -1,0 +1,29 @@
+"""utils.report.profile_excerpt: one kernel's block out of a stored Nsight Compute summary."""
+import pytest
+
+from utils.report import profile_excerpt
+
+SUMMARY = """# header line
+2 profiled kernels
+== void k_a<1>(int)
+   time 1 us
+== void k_b<2>(int)
+   time 2 us
+   stall cycles per issued instruction, total 3.00:
+"""
+
+
+def test_profile_excerpt_returns_one_block(tmp_path):
+    (tmp_path / "gpu0" / "profiles").mkdir(parents=True)
+    (tmp_path / "gpu0" / "profiles" / "p.txt").write_text(SUMMARY)
+    assert profile_excerpt("k_a<1>", "p", gpu="gpu0", root=tmp_path) == "== void k_a<1>(int)\n   time 1 us"
+    assert profile_excerpt("k_b", "p", gpu="gpu0", root=tmp_path).splitlines()[-1].endswith("total 3.00:")
+    with pytest.raises(KeyError, match="k_c"):
+        profile_excerpt("k_c", "p", gpu="gpu0", root=tmp_path)
+    with pytest.raises(FileNotFoundError, match="no stored profile"):
+        profile_excerpt("k_a", "missing", gpu="gpu0", root=tmp_path)
+
+
+def test_the_stored_h200_profile_has_the_chapters_kernels():
+    text = profile_excerpt("w4a16_marlin<1, 1, 4>", "2026-11-29-bar-misses")
+    assert "stall cycles per issued instruction" in text and "issue active" in text
