@@ -251,6 +251,22 @@ RAW_TUNE_LAYOUTS = {
 }
 RAW_ALL_LAYOUTS = {d: RAW_LAYOUTS[d] + RAW_TUNE_LAYOUTS[d] for d in RAW_LAYOUTS}
 
+# Layouts of the early-arrive versions (layernorm_v8_early_arrive, rmsnorm_v6_early_arrive: v6_shift /
+# v4_raw with the exit cluster barrier split), per dtype: only the cluster layouts that TUNED names at
+# 65536 and 262144 for either op, so that each new version times on its old twin's layout, and the
+# NVRTC build stays small. The defaults (the first that holds the row) are LayerNorm's TUNED layouts;
+# the extra is RMSNorm's fp32 262144 one. Every one of them is a raw layout too (the twins run on it).
+# Shorter rows run on the 65536 layout (later ranks empty): correct, not meant to be fast.
+EARLY_LAYOUTS = {
+    "float32": (Layout(256, 256, 32, 8), Layout(512, 512, 64, 8)),
+    "bfloat16": (Layout(256, 256, 64, 4), Layout(512, 512, 64, 8)),
+}
+EARLY_TUNE_LAYOUTS = {
+    "float32": (Layout(1024, 1024, 32, 8),),
+    "bfloat16": (),
+}
+EARLY_ALL_LAYOUTS = {d: EARLY_LAYOUTS[d] + EARLY_TUNE_LAYOUTS[d] for d in EARLY_LAYOUTS}
+
 # Layouts of the persistent streams (layernorm_v7_stream, rmsnorm_v5_stream): chapter 6's softmax_v9
 # configurations (NC chunks x THREADS per CTA slice, CL CTAs per row) as Layouts: tpr = threads = THREADS,
 # items = NC x VEC values per thread per buffer, cluster = CL; capacity = CL x THREADS x NC x VEC. A CTA's
@@ -313,9 +329,10 @@ def layout_for(n: int) -> Layout:
     raise ValueError(f"x: rows of {n} values exceed the longest row the register layouts hold ({MAX_N})")
 
 
-def raw_layout_for(n: int, dtype: str) -> Layout:
-    """The default raw-version layout for rows of ``n`` values of ``dtype`` (the first that holds it)."""
-    for lay in RAW_LAYOUTS[dtype]:
+def raw_layout_for(n: int, dtype: str, layouts: dict | None = None) -> Layout:
+    """The default raw-version layout for rows of ``n`` values of ``dtype`` (the first that holds it);
+    ``layouts``: another per-dtype table of defaults (EARLY_LAYOUTS) instead of RAW_LAYOUTS."""
+    for lay in (RAW_LAYOUTS if layouts is None else layouts)[dtype]:
         if n <= lay.capacity:
             return lay
     raise ValueError(f"x: rows of {n} values exceed the longest row the raw layouts hold ({MAX_N})")
@@ -378,6 +395,10 @@ KERNELS = {
 FAST_KERNELS = {"layernorm_v4_ilp": 16, "rmsnorm_v3_ilp": 16}   # instantiated for FAST_LAYOUTS
 RAW_KERNELS = {"layernorm_v5_raw": 16, "rmsnorm_v4_raw": 16,      # instantiated for RAW_ALL_LAYOUTS[dtype]
                "layernorm_v6_shift": 16}
+# raw kernels instantiated for EARLY_ALL_LAYOUTS[dtype] only (in SOURCE_RAW too), and the twin each one
+# is compared with (the same kernel but for the split exit barrier)
+EARLY_KERNELS = {"layernorm_v8_early_arrive": 16, "rmsnorm_v6_early_arrive": 16}
+EARLY_TWINS = {"layernorm_v8_early_arrive": "layernorm_v6_shift", "rmsnorm_v6_early_arrive": "rmsnorm_v4_raw"}
 # instantiated for STREAM_ALL_LAYOUTS[dtype]; they take any n (rows that are not 16-byte multiples are
 # gathered element by element), so they count as one value per access for the width check
 STREAM_KERNELS = {"layernorm_v7_stream": 1, "rmsnorm_v5_stream": 1}
@@ -385,7 +406,7 @@ STREAM_KERNELS = {"layernorm_v7_stream": 1, "rmsnorm_v5_stream": 1}
 
 def _vec(kernel: str, dtype: str) -> int:
     """Values per access of ``kernel`` (the v0 naive kernels, in no table, read one value at a time)."""
-    return VEC16[dtype] if {**KERNELS, **FAST_KERNELS, **RAW_KERNELS}.get(kernel, 1) == 16 else 1
+    return VEC16[dtype] if {**KERNELS, **FAST_KERNELS, **RAW_KERNELS, **EARLY_KERNELS}.get(kernel, 1) == 16 else 1
 
 
 def stream_name_expression(kernel: str, dtype: str, lay: Layout) -> str:
@@ -414,7 +435,8 @@ SOURCE_SPILLING = KernelSource("layernorm.cu", name_expressions=SPILLING, spill_
 SOURCE_FAST = KernelSource("layernorm.cu", name_expressions=tuple(
     name_expression(k, d, _vec(k, d), lay) for k in FAST_KERNELS for d in DTYPES for lay in FAST_LAYOUTS))
 SOURCE_RAW = KernelSource("layernorm.cu", name_expressions=tuple(
-    name_expression(k, d, _vec(k, d), lay) for k in RAW_KERNELS for d in DTYPES for lay in RAW_ALL_LAYOUTS[d]))
+    name_expression(k, d, _vec(k, d), lay) for k in RAW_KERNELS for d in DTYPES for lay in RAW_ALL_LAYOUTS[d])
+    + tuple(name_expression(k, d, _vec(k, d), lay) for k in EARLY_KERNELS for d in DTYPES for lay in EARLY_ALL_LAYOUTS[d]))
 SOURCE_STREAM = KernelSource("layernorm.cu", name_expressions=tuple(
     stream_name_expression(k, d, lay) for k in STREAM_KERNELS for d in DTYPES for lay in STREAM_ALL_LAYOUTS[d]))
 
@@ -423,7 +445,7 @@ def function(expr: str):
     """The CuPy kernel for a name expression, from whichever source instantiates it."""
     if expr in SPILLING:
         return SOURCE_SPILLING.function(expr)
-    if expr.startswith(tuple(RAW_KERNELS)):
+    if expr.startswith(tuple(RAW_KERNELS) + tuple(EARLY_KERNELS)):
         return SOURCE_RAW.function(expr)
     if expr.startswith(tuple(STREAM_KERNELS)):
         return SOURCE_STREAM.function(expr)
@@ -477,6 +499,9 @@ def _plan_rows(op, kernel, x, w, b, y, eps, layout):
     if kernel in RAW_KERNELS:
         lay = raw_layout_for(n, dtype) if layout is None else layout
         allowed, allowed_name = RAW_ALL_LAYOUTS[dtype], f"RAW_ALL_LAYOUTS['{dtype}']"
+    elif kernel in EARLY_KERNELS:
+        lay = raw_layout_for(n, dtype, EARLY_LAYOUTS) if layout is None else layout
+        allowed, allowed_name = EARLY_ALL_LAYOUTS[dtype], f"EARLY_ALL_LAYOUTS['{dtype}']"
     else:
         lay = layout_for(n) if layout is None else layout
         allowed, allowed_name = (FAST_LAYOUTS, "FAST_LAYOUTS") if kernel in FAST_KERNELS else (LAYOUTS, "LAYOUTS")
@@ -580,6 +605,8 @@ LN_VERSIONS = registry(
             "v5 with sums shifted by the row's first value: one reduction (as RMSNorm), RMSNorm's registers"),
     Version("layernorm_v7_stream", "v7_stream", _ln_launcher("layernorm_v7_stream"),
             "persistent clusters, each CTA a fixed row slice double-buffered in smem (cp.async), exact stats"),
+    Version("layernorm_v8_early_arrive", "v8_early_arrive", _ln_launcher("layernorm_v8_early_arrive"),
+            "v6 with the exit cluster barrier split: relaxed arrive after the DSMEM reads, wait after the stores"),
 )
 
 RMS_VERSIONS = registry(
@@ -595,6 +622,8 @@ RMS_VERSIONS = registry(
             "v3 with raw 16-byte chunks in registers, grouped weight loads, several blocks per SM"),
     Version("rmsnorm_v5_stream", "v5_stream", _rms_launcher("rmsnorm_v5_stream"),
             "persistent clusters, each CTA a fixed row slice double-buffered in smem (cp.async)"),
+    Version("rmsnorm_v6_early_arrive", "v6_early_arrive", _rms_launcher("rmsnorm_v6_early_arrive"),
+            "v4 with the exit cluster barrier split: relaxed arrive after the DSMEM reads, wait after the stores"),
 )
 
 VERSIONS = {"layernorm": LN_VERSIONS, "rmsnorm": RMS_VERSIONS}
@@ -631,11 +660,16 @@ def pick_layout(op: str, n: int, dtype) -> Layout | None:
 
 def layout_of(op: str, label: str, n: int, dtype) -> Layout | None:
     """The layout to time ``label`` of ``op`` with at width ``n``: the TUNED one when the dispatcher
-    picks this version there; for layernorm_v6_shift (not yet in TUNED) RMSNorm's TUNED layout, since v6
-    has rmsnorm_v4's reduction (one per row) and register budget; else None (the default layout)."""
+    picks this version there, or picks the early-arrive version's twin (EARLY_TWINS) on a layout the
+    early version is instantiated for; for layernorm_v6_shift (not yet in TUNED) RMSNorm's TUNED layout,
+    since v6 has rmsnorm_v4's reduction (one per row) and register budget; else None (the default)."""
     name = _dtype_name(dtype)
     tuned = TUNED.get((op, name, n))
     if tuned is not None and tuned[0] == label:
+        return tuned[1]
+    kernel = VERSIONS[op][label].kernel if label in VERSIONS[op] else None
+    if tuned is not None and kernel in EARLY_KERNELS and tuned[1] in EARLY_ALL_LAYOUTS[name] \
+            and VERSIONS[op][tuned[0]].kernel == EARLY_TWINS[kernel]:
         return tuned[1]
     if (op, label) == ("layernorm", "v6_shift") and ("rmsnorm", name, n) in TUNED:
         return TUNED["rmsnorm", name, n][1]

@@ -86,9 +86,15 @@ V9_EXTRA = {"float32": ((8, 256, 2), (8, 256, 8), (4, 512, 8), (4, 1024, 16)),
 # v10 (v6 with one exponential per element): v6's default instances, so that the two compare like for like.
 V10_DEFAULT = V6_DEFAULT
 V10_EXTRA = {"float32": (), "bfloat16": ()}
+# v11 (v10 with its exit cluster barrier split: relaxed arrive, stores, wait): v10's instances, likewise.
+V11_DEFAULT = V6_DEFAULT
+V11_EXTRA = {"float32": (), "bfloat16": ()}
 RAW_TABLES = {"v5_block_raw": (V5_DEFAULT, V5_EXTRA), "v6_cluster_raw": (V6_DEFAULT, V6_EXTRA),
               "v7_warp_raw": (V7_DEFAULT, V7_EXTRA), "v8_warp_stream": (V8_DEFAULT, V8_EXTRA),
-              "v9_stream": (V9_DEFAULT, V9_EXTRA), "v10_cluster_once": (V10_DEFAULT, V10_EXTRA)}
+              "v9_stream": (V9_DEFAULT, V9_EXTRA), "v10_cluster_once": (V10_DEFAULT, V10_EXTRA),
+              "v11_early_arrive": (V11_DEFAULT, V11_EXTRA)}
+# The versions of one cluster per row: grid (CL, rows), the cluster size is grid x (rows on grid y)
+CLUSTER_ROW_VERSIONS = ("v4_cluster_row", "v6_cluster_raw", "v10_cluster_once", "v11_early_arrive")
 # Clusters above PORTABLE_CLUSTER (8) need the non-portable attribute: utils.build.prepare_launch sets it.
 NUM_SMS = 132                    # H200 / H100 SXM: the persistent grid's size when no GPU is asked
 SMEM_PER_SM = 228 * 1024         # shared memory per SM on sm_90 (1 KiB of it reserved per resident block)
@@ -287,7 +293,7 @@ def geometry(version: str, rows: int, cols: int, dtype, config: tuple | None = N
     if version == "v5_block_raw":
         nc, t = raw_config(version, cols, dtype, config)
         return [Launch(kname("softmax_v5_block_raw", dtype, nc, t), (rows, 1, 1), (t, 1, 1))]
-    if version in ("v6_cluster_raw", "v10_cluster_once"):
+    if version in ("v6_cluster_raw", "v10_cluster_once", "v11_early_arrive"):
         nc, t, cl = raw_config(version, cols, dtype, config)
         return [Launch(kname("softmax_" + version, dtype, nc, t, cl), (cl, rows, 1), (t, 1, 1))]
     if version == "v0_three_pass":
@@ -340,7 +346,7 @@ def plan(rows: int, cols: int, dtype) -> str:
     two-read v1 (rows longer than 262144, or more rows than a cluster version's grid y takes)."""
     for limit, version in PLAN[dtype_name(dtype)]:
         if cols <= limit and supports(version, cols, dtype):
-            if "cluster" in version and rows > MAX_GRID_Y:
+            if version in CLUSTER_ROW_VERSIONS and rows > MAX_GRID_Y:
                 break
             return version
     return "v1_online"
@@ -383,7 +389,7 @@ def thread_elements(version: str, cols: int, dtype) -> np.ndarray:
         nc, threads, stride = elems // v, cl * V4_THREADS, V4_THREADS
         rank, t = np.divmod(np.arange(threads), V4_THREADS)
         firsts = rank * nc * V4_THREADS + t
-    elif version in ("v5_block_raw", "v6_cluster_raw", "v9_stream", "v10_cluster_once"):
+    elif version in ("v5_block_raw", "v6_cluster_raw", "v9_stream", "v10_cluster_once", "v11_early_arrive"):
         cfg = raw_config(version, cols, dtype)
         nc, tpb, cl = cfg[0], cfg[1], (cfg[2] if len(cfg) == 3 else 1)
         threads, stride = cl * tpb, tpb
@@ -476,7 +482,7 @@ def cluster_size(ln: Launch) -> int:
     """Blocks per cluster of a launch (1 for the versions without clusters)."""
     if ln.cluster:
         return ln.cluster
-    return ln.grid[0] if "cluster" in ln.kernel else 1
+    return ln.grid[0] if ln.kernel.startswith(tuple(f"softmax_{v}<" for v in CLUSTER_ROW_VERSIONS)) else 1
 
 
 def _function(ln: Launch):
@@ -569,6 +575,8 @@ VERSIONS = registry(
             "persistent clusters, each CTA a fixed row slice double-buffered in smem (cp.async): reads never stop"),
     Version("softmax_v10_cluster_once", "v10_cluster_once", _launcher("v10_cluster_once"),
             "v6 with one exponential per element: e^{x - m_t} kept in place of x, the write only multiplies"),
+    Version("softmax_v11_early_arrive", "v11_early_arrive", _launcher("v11_early_arrive"),
+            "v10 with the exit cluster barrier split: relaxed arrive after the DSMEM reads, wait after the stores"),
 )
 
 

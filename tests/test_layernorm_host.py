@@ -211,6 +211,10 @@ def test_every_launchable_kernel_is_instantiated():
         for dtype in L.DTYPES:
             for lay in L.RAW_ALL_LAYOUTS[dtype]:
                 assert L.name_expression(kernel, dtype, L._vec(kernel, dtype), lay) in raw
+    for kernel in L.EARLY_KERNELS:
+        for dtype in L.DTYPES:
+            for lay in L.EARLY_ALL_LAYOUTS[dtype]:
+                assert L.name_expression(kernel, dtype, L._vec(kernel, dtype), lay) in raw
     assert not raw & (fast | exprs) and L.SOURCE_RAW.spill_free
     stream = set(L.SOURCE_STREAM.name_expressions)
     for kernel in L.STREAM_KERNELS:
@@ -255,6 +259,7 @@ def test_tuned_entries_are_launchable():
     for (op, dtype, n), (label, lay) in L.TUNED.items():
         kernel = L.VERSIONS[op][label].kernel
         allowed = (L.RAW_ALL_LAYOUTS[dtype] if kernel in L.RAW_KERNELS else
+                   L.EARLY_ALL_LAYOUTS[dtype] if kernel in L.EARLY_KERNELS else
                    L.STREAM_ALL_LAYOUTS[dtype] if kernel in L.STREAM_KERNELS else L.FAST_LAYOUTS)
         assert lay in allowed and lay.capacity >= n and n % L.VEC16[dtype] == 0
         dt = L._bf16() if dtype == "bfloat16" else np.float32
@@ -342,6 +347,85 @@ def test_bind_validates_before_returning_a_launcher():
         L.bind("rmsnorm", "v0_naive", F((4, 8)), F((8,)), None, F((4, 8)), layout=L.LAYOUTS[0])
     with pytest.raises(KeyError):
         L.bind("layernorm", "v9_missing", F((4, 8)), F((8,)), F((8,)), F((4, 8)))
+
+
+# --- the early-arrive versions (layernorm_v8_early_arrive, rmsnorm_v6_early_arrive) ----------------
+
+EARLY = {"layernorm": "v8_early_arrive", "rmsnorm": "v6_early_arrive"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_early_arrive_layouts(dtype):
+    """Instantiated on (at least) every cluster layout TUNED names at 65536 and 262144, each of them a raw
+    layout too (the twins run on it); the defaults grow up to MAX_N, so every width has one."""
+    long_rows = {lay for (op, d, n), (_, lay) in L.TUNED.items() if d == dtype and n in (65536, 262144)}
+    assert long_rows <= set(L.EARLY_ALL_LAYOUTS[dtype]) <= set(L.RAW_ALL_LAYOUTS[dtype])
+    assert len(set(L.EARLY_ALL_LAYOUTS[dtype])) == len(L.EARLY_ALL_LAYOUTS[dtype])
+    assert all(lay.cluster > 1 and lay.tpr == lay.threads for lay in L.EARLY_ALL_LAYOUTS[dtype])
+    caps = [lay.capacity for lay in L.EARLY_LAYOUTS[dtype]]
+    assert caps == sorted(caps) and caps[-1] == L.MAX_N
+    for n in (8, 1000, 65536, 65544, 262144):
+        lay = L.raw_layout_for(n, dtype, L.EARLY_LAYOUTS)
+        assert n <= lay.capacity and lay in L.EARLY_LAYOUTS[dtype]
+    for kernel, twin in L.EARLY_TWINS.items():
+        assert kernel in L.EARLY_KERNELS and twin in L.RAW_KERNELS and L._vec(kernel, dtype) == L.VEC16[dtype]
+
+
+def test_early_arrive_versions_time_on_their_twins_layouts():
+    """layout_of gives an early-arrive version the TUNED layout of its twin (v6_shift / v4_raw) where the
+    dispatcher picks the twin on a layout it is instantiated for (65536 and 262144), else None; the
+    dispatcher itself never picks them (TUNED is left to the H200 measurement)."""
+    for (op, dtype, n), (label, lay) in L.TUNED.items():
+        dt = L._bf16() if dtype == "bfloat16" else np.float32
+        early = EARLY[op]
+        twin = L.EARLY_TWINS[L.VERSIONS[op][early].kernel]
+        got = L.layout_of(op, early, n, dt)
+        if L.VERSIONS[op][label].kernel == twin and lay in L.EARLY_ALL_LAYOUTS[dtype]:
+            assert got == lay
+        else:
+            assert got is None and n < 65536
+        assert L.pick(op, n, dt) != early
+
+
+def test_early_arrive_versions_take_only_their_layouts():
+    with pytest.raises(ValueError, match="not instantiated for layernorm_v8_early_arrive"):
+        L.LN_VERSIONS["v8_early_arrive"].launch(F((2, 1024)), F((1024,)), F((1024,)), F((2, 1024)),
+                                                layout=L.RAW_LAYOUTS["float32"][1])
+    with pytest.raises(ValueError, match="multiple of 8"):
+        L.RMS_VERSIONS["v6_early_arrive"].launch(F((4, 12), L._bf16()), F((12,), L._bf16()), F((4, 12), L._bf16()))
+    lay = L.EARLY_LAYOUTS["float32"][0]
+    n = lay.capacity + 4
+    with pytest.raises(ValueError, match="do not fit"):
+        L.RMS_VERSIONS["v6_early_arrive"].launch(F((2, n)), F((n,)), F((2, n)), layout=lay)
+
+
+def test_early_arrive_kernels_split_the_exit_barrier():
+    """In the PTX: the twin ends on a full cluster barrier (arrive + wait); the early-arrive kernel has one
+    relaxed arrive, after its acquire DSMEM reads and before its stores, and its last wait after the
+    stores. A CLUSTER of 1 (no table instantiates it; built here only) has no cluster barrier at all."""
+    import re
+    from utils.build import KernelSource, ptx
+    lay, lay1 = L.Layout(256, 256, 64, 4), L.Layout(256, 256, 64, 1)
+    exprs = [L.name_expression(k, "bfloat16", 8, lay) for k in ("layernorm_v6_shift", "layernorm_v8_early_arrive",
+                                                              "rmsnorm_v4_raw", "rmsnorm_v6_early_arrive")]
+    exprs += [L.name_expression(k, "bfloat16", 8, lay1) for k in L.EARLY_KERNELS]
+    text = ptx(KernelSource("layernorm.cu", name_expressions=tuple(exprs)))
+    bodies = {m.group(1): m.group(2) for m in re.finditer(r"\.entry (\w+)\((.*?)\n}\n", text, re.S)}
+
+    def body(kernel, cluster):           # the mangled name ends its template arguments with CLUSTER
+        (b,) = [b for k, b in bodies.items() if kernel in k and f"Li{cluster}EEv" in k]
+        return b
+    full = re.compile(r"barrier\.cluster\.arrive(?:\.aligned)?;")
+    for kernel, twin in L.EARLY_TWINS.items():
+        old, new = body(twin, 4), body(kernel, 4)
+        assert len(full.findall(old)) == 2 and old.count("barrier.cluster.wait") == 2
+        assert "relaxed" not in old and "ld.acquire" not in old
+        assert len(full.findall(new)) == 1 and new.count("barrier.cluster.wait") == 2
+        assert new.count("barrier.cluster.arrive.relaxed.aligned") == 1
+        relaxed = new.index("barrier.cluster.arrive.relaxed")
+        assert new.rindex("ld.acquire.cluster", 0, relaxed) < relaxed < new.index("st.global")
+        assert new.rindex("barrier.cluster.wait") > new.rindex("st.global")
+        assert "barrier.cluster" not in body(kernel, 1)
 
 
 # --- the persistent streams (layernorm_v7_stream, rmsnorm_v5_stream) -------------------------------

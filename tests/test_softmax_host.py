@@ -90,16 +90,17 @@ def test_every_geometry_is_an_instantiated_template(cols, dtype):
             continue
         for ln in S.geometry(label, 3, cols, dtype):
             assert ln.kernel in S.name_expressions(), ln.kernel
-            if label in ("v4_cluster_row", "v6_cluster_raw"):
+            if label in S.CLUSTER_ROW_VERSIONS:
                 cl = int(ln.kernel.rstrip(">").split(",")[-1])
                 assert ln.grid == (cl, 3, 1)           # grid x divisible by the cluster size
+                assert S.cluster_size(ln) == cl
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cols", [1, 7, 33, 1000, 1024, 2048, 4097, 16384, 20000, 65536, 262144])
 def test_register_versions_hold_every_element_exactly_once(cols, dtype):
     for label in ("v2_warp_row", "v3_block_row", "v4_cluster_row", "v5_block_raw", "v6_cluster_raw",
-                  "v7_warp_raw", "v8_warp_stream", "v9_stream"):
+                  "v7_warp_raw", "v8_warp_stream", "v9_stream", "v10_cluster_once", "v11_early_arrive"):
         if not S.supports(label, cols, dtype):
             continue
         idx = S.thread_elements(label, cols, dtype)
@@ -212,7 +213,7 @@ def test_every_raw_config_is_instantiated_and_holds_its_rows(dtype):
             for cols in (1, cap - 1, cap):
                 (ln,) = S.geometry(version, 3, cols, dtype, cfg)
                 assert ln.kernel in names
-                if version == "v6_cluster_raw":
+                if version in S.CLUSTER_ROW_VERSIONS:
                     assert ln.grid == (cfg[2], 3, 1) and ln.block == (cfg[1], 1, 1)
                     assert S.cluster_size(ln) == cfg[2]
                 elif version in ("v7_warp_raw", "v8_warp_stream"):
@@ -253,6 +254,41 @@ def test_raw_registers_fit_the_occupancy_they_are_tuned_for():
             blocks = resident("v8_warp_stream", dtype, cfg, 1024)[0]
             assert blocks >= cfg[2], (cfg, blocks)
             assert S.ceil_div(8192, cfg[1] * cfg[3]) <= 132 * blocks, "one wave on an H200"
+
+
+def test_v11_is_v10_with_the_split_exit_barrier():
+    # v11 runs on v10's instances with v10's launches (only the kernel's name differs), one cluster per
+    # row with the cluster size on grid x; the dispatcher keeps v10 until the H200 measures v11
+    import dataclasses
+    for dtype in DTYPES:
+        assert S.raw_configs("v11_early_arrive", dtype) == S.raw_configs("v10_cluster_once", dtype)
+        for cfg in S.raw_configs("v10_cluster_once", dtype):
+            for cols in (1, S.capacity("v10_cluster_once", dtype, cfg)):
+                (a,) = S.geometry("v10_cluster_once", 3, cols, dtype, cfg)
+                (b,) = S.geometry("v11_early_arrive", 3, cols, dtype, cfg)
+                assert b == dataclasses.replace(a, kernel=a.kernel.replace("v10_cluster_once", "v11_early_arrive"))
+                assert S.cluster_size(b) == cfg[2]
+        for cols in (1024, 65536, 262144):
+            assert S.plan(8, cols, dtype) != "v11_early_arrive"
+
+
+def test_v11_arrives_relaxed_once_and_waits_at_the_end():
+    # the PTX of v11: one relaxed arrive and one wait more than v10 (the split exit barrier), and the
+    # same number of full cluster barriers minus one; a CL of 1 would have none (no instance has it)
+    import re
+    from utils.build import KernelSource, ptx
+    exprs = (S.kname("softmax_v10_cluster_once", np.float32, 16, 128, 8),
+             S.kname("softmax_v11_early_arrive", np.float32, 16, 128, 8))
+    text = ptx(KernelSource("softmax.cu", name_expressions=exprs))
+    bodies = {m.group(1): m.group(2) for m in re.finditer(r"\.entry (\w+)\((.*?)\n}\n", text, re.S)}
+    v10 = next(b for k, b in bodies.items() if "v10" in k)
+    v11 = next(b for k, b in bodies.items() if "v11" in k)
+    assert v10.count("barrier.cluster.arrive.relaxed") == 0
+    assert v11.count("barrier.cluster.arrive.relaxed.aligned") == 1
+    arrives = lambda b: len(re.findall(r"barrier\.cluster\.arrive(?:\.aligned)?;", b))   # noqa: E731
+    waits = lambda b: b.count("barrier.cluster.wait")                                       # noqa: E731
+    assert (arrives(v10), waits(v10)) == (2, 2) and (arrives(v11), waits(v11)) == (1, 2)
+    assert v11.rindex("barrier.cluster.wait") > v11.rindex("st.global")   # the wait comes after the stores
 
 
 def test_v8_walks_every_row_once():

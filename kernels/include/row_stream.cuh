@@ -15,6 +15,9 @@
 // the NEXT row into one shared-memory buffer with cp.async while they reduce and write the current row
 // from the other buffer. Thread t copies exactly the chunks t, t + THREADS, ... it later reads, so its
 // own cp.async.wait_group is all the synchronization the data needs.
+//
+// Part 3, the split exit barrier of the one-cluster-per-row kernels (softmax_v11_early_arrive,
+// layernorm_v8_early_arrive, rmsnorm_v6_early_arrive): cluster_arrive_relaxed / cluster_wait.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -176,5 +179,35 @@ __host__ __device__ constexpr int stream_min_blocks() {
     constexpr int m = by_smem < by_threads ? by_smem : by_threads;
     constexpr int m2 = m < by_regs ? m : by_regs;
     return m2 < 1 ? 1 : m2;
+}
+// [[/snippet]]
+
+// [[snippet: cluster_split_barrier]]
+// The last cluster barrier of a one-cluster-per-row kernel only keeps each CTA's shared memory alive
+// until its peers have read it over DSMEM. cg::this_cluster().sync() is barrier.cluster.arrive (release)
+// + barrier.cluster.wait (acquire), and the release is a GPU-scope fence before the arrive
+// (MEMBAR.ALL.GPU + ERRBAR in SASS): placed after the stores, every thread waits there until all its
+// global stores are acknowledged, and its CTA holds its SM slot until then. Split instead: each thread
+// arrives, relaxed (UCGABAR_ARV alone: no fence, no wait), once its last DSMEM read has returned; then
+// stores; then waits just before it exits, for arrivals that happened long ago. PTX rules (sm_90):
+// .aligned means every thread of the warp executes the same instruction (no divergent code around
+// these); every thread of every CTA of the cluster arrives exactly once per phase, and waits only after
+// arriving. A cluster of one CTA needs neither: the callers compile them away for CLUSTER == 1.
+// "Returned" must hold in the machine code: ptxas keeps memory instructions in order around the arrive
+// but not the ALU work between them, so after a plain DSMEM load and its warp_sum it issues UCGABAR_ARV
+// right behind the LD, before the data is back (seen in the SASS): a peer could then pass its wait and
+// exit while it is still being read. So either the value reaches a shared-memory store and a
+// __syncthreads before the arrive (softmax_v11), or the read is ld_acquire_cluster (the norms): an
+// acquire load is followed by a CCTL.IVALL that waits for its data, and the arrive issues after that.
+__device__ __forceinline__ float ld_acquire_cluster(const float* p) {
+    float v;
+    asm volatile("ld.acquire.cluster.f32 %0, [%1];\n" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 // [[/snippet]]

@@ -1,14 +1,15 @@
-"""Chapter 6 tuning batch, round 4: per bar shape the current dispatch (S.plan) and the round's new
-candidates only (every v9_stream and v10_cluster_once instance that fits: capacity in [cols, 2 cols)),
-vs torch.softmax (and torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the
-same bytes (cudaMemcpyAsync through utils.hardware.copy_gbps, same bench) with its GB/s and its share of
-the 1 GiB copy ceiling, to show what a copy of this size itself reaches (fixed launch cost). --all times
-every register version and every v5-v10 instance that fits, as rounds 1-2 did. Each row also prints the ptxas registers, resident blocks per SM
-and KiB of rows resident (v9: in flight) per SM; v9 names carry the persistent grid's cluster count G.
-Budget: about 90 s on the H200 with --no-compile.
-Run from the repo root: python scripts/tune/ch06_softmax.py [--dtypes float32,bfloat16] [--no-compile]
-[--all] [--shapes 8192x1024,...]. Writes $OUT/tune_ch06_softmax.json when OUT is set. One row per
-(candidate, shape, dtype), then the best candidate per shape and the geomean of the best over torch."""
+"""Chapter 6 tuning batch, round 5: per bar shape the current dispatch (S.plan) and the newest candidates
+only (every v9_stream, v10_cluster_once and v11_early_arrive instance that fits: capacity in [cols, 2
+cols); v10 and v11 on the same instances, so the split exit barrier is timed side by side), vs
+torch.softmax (and torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the same
+bytes (cudaMemcpyAsync through utils.hardware.copy_gbps, same bench) with its GB/s and its share of the 1
+GiB copy ceiling, to show what a copy of this size itself reaches (fixed launch cost). --all times every
+register version and every v5-v11 instance that fits, as rounds 1-2 did. Each row also prints the ptxas
+registers, resident blocks per SM and KiB of rows resident (v9: in flight) per SM; v9 names carry the
+persistent grid's cluster count G. Budget: about 100 s on the H200 with --no-compile. Run from the repo
+root: python scripts/tune/ch06_softmax.py [--dtypes float32,bfloat16] [--no-compile] [--all] [--shapes
+8192x1024,...]. Writes $OUT/tune_ch06_softmax.json when OUT is set. One row per (candidate, shape, dtype),
+then the best candidate per shape and the geomean of the best over torch."""
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,8 @@ T0 = time.perf_counter()
 
 
 
-NEW = ("v9_stream", "v10_cluster_once")   # the newest versions: every instance that fits is timed
-# (v10 runs on v6's instances; instances added to S.V10_EXTRA are picked up here)
+NEW = ("v9_stream", "v10_cluster_once", "v11_early_arrive")   # the newest: every instance that fits is timed
+# (v10 and v11 run on v6's instances; instances added to S.V10_EXTRA / S.V11_EXTRA are picked up here)
 
 
 def candidates(cols: int, dt, every: bool = False):

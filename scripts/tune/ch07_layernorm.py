@@ -1,13 +1,16 @@
 """Chapter 7 tuning batch: LayerNorm / RMSNorm fast versions and their layouts vs torch eager and
-torch.compile on the bar shapes. Run from the repo root: python scripts/tune/ch07_layernorm.py
-[--ops layernorm,rmsnorm] [--dtypes float32,bfloat16] [--compile]. Writes $OUT/tune_ch07_layernorm.json
-when OUT is set. Prints one row per (candidate, shape, dtype) and a best-candidate line per shape.
-Round 4: the dispatcher's TUNED choice (marked *) and the new persistent streams (layernorm_v7_stream,
-rmsnorm_v5_stream: as many clusters as fit at once, each CTA's row slice double-buffered in shared memory
-with cp.async) on every stream layout that fits the width (capacity in [n, 2 n)); each stream row names
-its layout, the grid's cluster count G, the ptxas registers and the CTAs per SM. Plus a plain device copy
-of the same bytes (cudaMemcpyAsync through utils.hardware.copy_gbps, same bench), its GB/s and its share of
-the 1 GiB copy ceiling. Budget: about 90 s on the H200 (torch.compile only with --compile)."""
+torch.compile on the bar shapes. Run from the repo root: python scripts/tune/ch07_layernorm.py [--ops
+layernorm,rmsnorm] [--dtypes float32,bfloat16] [--compile]. Writes $OUT/tune_ch07_layernorm.json when OUT
+is set. Prints one row per (candidate, shape, dtype) and a best-candidate line per shape. Round 5: the
+dispatcher's TUNED choice (marked *) and the persistent streams (layernorm_v7_stream, rmsnorm_v5_stream: as
+many clusters as fit at once, each CTA's row slice double-buffered in shared memory with cp.async) on every
+stream layout that fits the width (capacity in [n, 2 n)); each stream row names its layout, the grid's
+cluster count G, the ptxas registers and the CTAs per SM. On the long rows (65536, 262144) the early-arrive
+versions (layernorm_v8_early_arrive, rmsnorm_v6_early_arrive: the exit cluster barrier split) on every
+layout they are instantiated for that fits, each right after its twin (layernorm_v6_shift, rmsnorm_v4_raw)
+on the same layout, with both kernels' ptxas registers. Plus a plain device copy of the same bytes
+(cudaMemcpyAsync through utils.hardware.copy_gbps, same bench), its GB/s and its share of the 1 GiB copy
+ceiling. Budget: about 110 s on the H200 (torch.compile only with --compile)."""
 from __future__ import annotations
 
 import argparse
@@ -38,10 +41,18 @@ T0 = time.perf_counter()
 
 
 def candidates(op, dtype, n):
-    """(name, label, layout): the dispatcher's TUNED choice, then this round's stream version on every
-    stream layout whose capacity fits n within a factor 2 (larger ones leave threads idle)."""
+    """(name, label, layout): the dispatcher's TUNED choice; the early-arrive version on every layout of
+    EARLY_ALL_LAYOUTS whose capacity fits n within a factor 2 (larger ones leave threads idle), each right
+    after its twin on that layout (the TUNED row is the twin's where it is on the same layout); then the
+    stream version on every stream layout that fits so."""
     label, lay = L.TUNED[op, dtype, n]
     out = [(f"{label}[{lay.name}]*", label, lay)]
+    early, twin = EARLY_LABEL[op]
+    for cand in sorted(L.EARLY_ALL_LAYOUTS[dtype], key=lambda c: c != lay):     # the TUNED layout first
+        if n <= cand.capacity < 2 * n:
+            if (twin, cand) != (label, lay):
+                out.append((f"{twin}[{cand.name}]", twin, cand))
+            out.append((f"{early}[{cand.name}]", early, cand))
     new = STREAM_LABEL[op]
     for cand in L.STREAM_ALL_LAYOUTS[dtype]:
         if n <= cand.capacity < 2 * n:
@@ -50,6 +61,7 @@ def candidates(op, dtype, n):
 
 
 STREAM_LABEL = {"layernorm": "v7_stream", "rmsnorm": "v5_stream"}
+EARLY_LABEL = {"layernorm": ("v8_early_arrive", "v6_shift"), "rmsnorm": ("v6_early_arrive", "v4_raw")}
 BENCH = dict(target_ms=30, max_reps=50)
 
 
@@ -66,6 +78,16 @@ def stream_info(op, dtype, n, lay, rows):
     w = cupy.empty(n, dt)
     _, grid, *_ = L._plan(op, kernel, x, w, w if op == "layernorm" else None, x, 1e-5, lay)
     return f"G={grid[0] // lay.cluster} r={regs} b={blocks}"
+
+
+def raw_info(op, label, dtype, lay):
+    """'r=<registers> b=<blocks per SM>' of a raw (or early-arrive) instance, from ptxas."""
+    from kernels.simt import occupancy_estimate
+    from utils.build import compile_source
+    comp = compile_source(L.SOURCE_RAW)
+    kernel = L.VERSIONS[op][label].kernel
+    regs = comp.report[comp.symbols[L.name_expression(kernel, dtype, L.VEC16[dtype], lay)]]["registers"]
+    return f"r={regs} b={occupancy_estimate(regs, lay.threads)}"
 
 
 def main():
@@ -145,6 +167,8 @@ def main():
                         fn = L.bind(op, label, x, w, b, y, layout=lay)
                         if label == STREAM_LABEL[op]:
                             name = f"{name} {stream_info(op, dtype, n, lay, rows)}"
+                        elif label in EARLY_LABEL[op] and lay in L.EARLY_ALL_LAYOUTS[dtype]:
+                            name = f"{name} {raw_info(op, label, dtype, lay)}"
                         fn()
                         err = assert_close(y, ref, dtype=dtype, name=f"{name} {dtype} {shape}")
                         tm = bench(fn, **BENCH)

@@ -110,7 +110,7 @@ def _raw_configs(dt, non_portable=False):
     """Every v5/v6/v7 instance, without (default) or only (non_portable=True) the clusters above 8."""
     from kernels import softmax as S
     return [(version, c) for version in S.RAW_TABLES for c in S.raw_configs(version, dt)
-            if (version in ("v6_cluster_raw", "v9_stream", "v10_cluster_once") and c[2] > S.PORTABLE_CLUSTER)
+            if (version in (*S.CLUSTER_ROW_VERSIONS, "v9_stream") and c[2] > S.PORTABLE_CLUSTER)
             == non_portable]
 
 
@@ -249,3 +249,88 @@ def test_v9_streams_many_rows_per_cluster():
         y = poisoned(x.shape, dt)
         S.VERSIONS["v9_stream"].launch(x, y)
         assert_close(y, S.reference(x), dtype=np.dtype(dt).name, name=f"v9 default {np.dtype(dt).name} 262141")
+
+
+# --- v11_early_arrive: v10 with the split exit barrier (select with -k early_arrive) ------------------
+
+def _same_bits(a, b):
+    import cupy
+    words = cupy.uint32 if np.dtype(a.dtype).itemsize == 4 else cupy.uint16
+    return bool(cupy.array_equal(a.view(words), b.view(words)))
+
+
+def _early_arrive_case(cfg, dt, rows, cols):
+    """v11 and v10 on one instance, fresh data (with a fully masked row, a single survivor, a partly
+    masked row and large logits), poisoned outputs: v11 must match the reference and give
+    v10's bits (the same arithmetic; only the barrier differs). Rows 0-3 are special only when there are
+    at least 5 rows. A refused cluster of 16 skips."""
+    import cupy
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    dn = np.dtype(dt).name
+    x32 = cupy.random.standard_normal((rows, cols), dtype=cupy.float32) * 3
+    masked = rows >= 5                                  # rows 0-3 special when there are others too
+    if masked:
+        x32[0] = -cupy.inf                              # fully masked: NaN, as torch
+        x32[1] = -cupy.inf
+        x32[1, cols - 1] = 1.0                          # one survivor at the row's end
+        x32[2, ::3] = -cupy.inf                         # partly masked
+        x32[3] *= 1e4                                   # large logits
+    x = x32 if dt == np.float32 else x32.astype(dt)
+    ys = {}
+    for version in ("v10_cluster_once", "v11_early_arrive"):
+        ys[version] = poisoned((rows, cols), dt)
+        try:
+            S.bind(version, x, ys[version], cfg)()
+            cupy.cuda.Device().synchronize()
+        except cupy.cuda.driver.CUDADriverError as exc:
+            if cfg[2] > S.PORTABLE_CLUSTER:
+                pytest.skip(f"{version}{cfg}: the driver refuses a cluster of {cfg[2]}: {exc}")
+            raise
+    y = ys["v11_early_arrive"]
+    name = f"v11{cfg} {dn} {(rows, cols)}"
+    if masked:
+        assert bool(cupy.isnan(y[0].astype(cupy.float32)).all()), f"{name}: a fully masked row must give NaN"
+    k = 1 if masked else 0
+    assert_close(y[k:], S.reference(x)[k:], dtype=dn, name=name)
+    assert _same_bits(y, ys["v10_cluster_once"]), f"{name}: not bit-identical to v10 on the same instance"
+
+
+def _early_arrive_configs():
+    """(dtype, config) of every v11 instance, one test case each (a refused cluster of 16 skips only itself)."""
+    from kernels import softmax as S
+    return [pytest.param(dt, cfg, id=f"{np.dtype(dt).name}-{'x'.join(map(str, cfg))}")
+            for dt in _dtypes() for cfg in S.raw_configs("v11_early_arrive", dt)]
+
+
+@pytest.mark.parametrize("dt,cfg", _early_arrive_configs())
+@pytest.mark.parametrize("rows", [1, 37, 199])
+def test_early_arrive_on_every_instance(rows, dt, cfg):
+    # every v11 instance (clusters of 16 included) at its full width, one element short of a chunk (the
+    # scalar path) and a width that leaves the later blocks of a cluster empty
+    from kernels import softmax as S
+    cap = S.capacity("v11_early_arrive", dt, cfg)
+    for cols in (cap, cap - 1, cap // 3 + 5):
+        _early_arrive_case(cfg, dt, rows if cap <= 65536 else min(rows, 5), cols)
+
+
+@pytest.mark.parametrize("dt,cfg", _early_arrive_configs())
+def test_early_arrive_over_many_waves(dt, cfg):
+    # far more clusters than fit at once (128 MiB of input), so that clusters start on SMs that earlier
+    # clusters (which arrive before their stores and leave after a bare wait) have just left: no block
+    # may read a peer's shared memory after that peer has exited
+    from kernels import softmax as S
+    cap = S.capacity("v11_early_arrive", dt, cfg)
+    _early_arrive_case(cfg, dt, max(64, (1 << 27) // (cap * np.dtype(dt).itemsize)), cap)
+
+
+def test_early_arrive_default_launch():
+    # the registered launcher (default instance per width) on the chapter's long rows
+    from kernels import softmax as S
+    from utils.check import assert_close, poisoned
+    for dt in _dtypes():
+        for shape in ((3, 20000), (64, 65536), (8, 262144), (5, 262141)):
+            x = S.random_input(shape, dt, scale=3.0)
+            y = poisoned(shape, dt)
+            S.VERSIONS["v11_early_arrive"].launch(x, y)
+            assert_close(y, S.reference(x), dtype=np.dtype(dt).name, name=f"v11 default {np.dtype(dt).name} {shape}")
