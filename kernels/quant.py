@@ -842,6 +842,32 @@ def launch_gemv_v6(x, qtiled, qzeros, scales, out):
     return out
 
 
+# --- PyTorch's own W4A16 kernel (tinygemm), as a peer -------------------------------------------------
+
+TINYGEMM_INNER_K_TILES = 8                 # the fastest of 2, 4, 8 at K = N = 8192 on the H200 (probe_int4pack.py)
+
+
+def pack_tinygemm(q, z, s, inner_k_tiles: int = TINYGEMM_INNER_K_TILES):
+    """The operands of ``torch._weight_int4pack_mm(a, w, 128, sz)`` (PyTorch's tinygemm, sm80+) for the INT4
+    problem q [K, N] codes, z [K/128, N] zero points, s [K/128, N] bf16 scales (CuPy arrays).
+
+    tinygemm takes codes as uint8 [N, K/2] (even k in the high nibble), repacked by
+    torch._convert_weight_to_int4pack, and per group a bf16 (scale, zero) pair with w = (q - 8) scale + zero;
+    zero = (8 - z) s gives GPTQ's (q - z) s up to the bf16 rounding of that product."""
+    import cupy
+    import torch
+    from .softmax import as_torch
+    K, N = (int(d) for d in q.shape)
+    if z.shape != (K // GROUP, N) or s.shape != (K // GROUP, N):
+        raise ValueError(f"z, s: expected shape {(K // GROUP, N)} for q of shape {(K, N)}, "
+                         f"got {tuple(z.shape)} and {tuple(s.shape)}")
+    qn = torch.from_dlpack(cupy.ascontiguousarray(q.T)).to(torch.int32)           # [N, K]
+    w = torch._convert_weight_to_int4pack(((qn[:, ::2] << 4) | qn[:, 1::2]).to(torch.uint8), inner_k_tiles)
+    st = as_torch(cupy.ascontiguousarray(s))
+    zero = ((8.0 - torch.from_dlpack(cupy.ascontiguousarray(z)).float()) * st.float()).to(torch.bfloat16)
+    return w, torch.stack([st, zero], dim=2).contiguous()
+
+
 # --- W4A16 tensor-core GEMM v3: Marlin's stage on a persistent, striped grid -------------------------
 
 MARLIN_V3_DEFAULT = {1: (1, 4), 2: (1, 4), 3: (1, 4), 4: (1, 3)}  # m16 tiles -> (n16 tiles per warp, stages)

@@ -383,3 +383,24 @@ def test_gemv_v6_tiled_matches_the_reference(K, N):
     with pytest.raises(ValueError, match="qtiled"):
         Q.launch_gemv_v6(x, qweight, qzeros, s, out)          # the GPTQ layout itself is refused
 
+
+
+# PyTorch's tinygemm as a peer: pack_tinygemm must hand it the same weights (up to the bf16 rounding of
+# its zero = (8 - z) s), at M = 1 and an odd M, and reject mismatched group tensors.
+@pytest.mark.parametrize("M,K,N", [(1, 1024, 256), (5, 8192, 1024)])
+def test_pack_tinygemm_matches_the_reference(M, K, N):
+    import cupy
+    import torch
+    from kernels import quant as Q
+    from kernels.softmax import as_torch, from_torch
+    from utils.check import assert_close
+    if not hasattr(torch, "_weight_int4pack_mm"):
+        pytest.skip("this PyTorch build has no torch._weight_int4pack_mm")
+    q, z, s = _int4_problem(K, N)
+    W = Q.dequantize_int4(q, s, z).astype(cupy.float32)
+    a = _bf16_normal((M, K))
+    w, sz = Q.pack_tinygemm(q, z, s)
+    out = from_torch(torch._weight_int4pack_mm(as_torch(a), w, Q.GROUP, sz))
+    assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"tinygemm M={M} K={K} N={N}")
+    with pytest.raises(ValueError, match="expected shape"):
+        Q.pack_tinygemm(q, z[:-1], s)
