@@ -27,3 +27,19 @@ def test_profile_excerpt_returns_one_block(tmp_path):
 def test_the_stored_h200_profile_has_the_chapters_kernels():
     text = profile_excerpt("w4a16_marlin<1, 1, 4>", "2026-11-29-bar-misses")
     assert "stall cycles per issued instruction" in text and "issue active" in text
+
+
+def test_profile_excerpt_reads_the_repository_not_the_redirected_record(monkeypatch, tmp_path):
+    """nbval runs with BOOK_RESULTS pointing at a scratch folder; stored profiles must still be found."""
+    import importlib
+    import utils.paths
+    import utils.report
+    monkeypatch.setenv("BOOK_RESULTS", str(tmp_path))
+    try:
+        importlib.reload(utils.paths)
+        report = importlib.reload(utils.report)
+        assert "issue active" in report.profile_excerpt("w4a16_marlin<1, 1, 4>", "2026-11-29-bar-misses")
+    finally:
+        monkeypatch.delenv("BOOK_RESULTS")
+        importlib.reload(utils.paths)
+        importlib.reload(utils.report)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .paths import CHAPTERS, RESULTS
+from .paths import CHAPTERS, REPO, RESULTS
 from .record import markdown_table
 
 
@@ -60,9 +60,11 @@ def write_results_page(path: Path, root: Path = RESULTS) -> None:
         path.write_text(text)
 
 
-def profile_excerpt(kernel: str, name: str, gpu: str = "nvidia-h200", root: Path = RESULTS) -> str:
+def profile_excerpt(kernel: str, name: str, gpu: str = "nvidia-h200", root: Path = REPO / "results") -> str:
     """The block of one kernel (its line starts with ``== ``, ``kernel`` a substring of it) from a stored
-    Nsight Compute summary, results/<gpu>/profiles/<name>.txt (scripts/tune/profile_summary.py writes them)."""
+    Nsight Compute summary, results/<gpu>/profiles/<name>.txt (scripts/tune/profile_summary.py writes them).
+    Read from the repository's results/ even when BOOK_RESULTS redirects the record (nbval): a profile is
+    stored data that a notebook quotes, not something the run writes."""
     path = Path(root) / gpu / "profiles" / f"{name}.txt"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no stored profile of that name (scripts/tune/profile_misses.sh writes one)")
