@@ -25,3 +25,11 @@ def test_every_cu_file_is_declared():
     declared = {src.file for _, _, src in SOURCES}
     files = {p.name for p in KERNELS.glob("*.cu")}
     assert files <= declared, f"kernels/*.cu without a KernelSource in a kernels/*.py: {files - declared}"
+
+
+@pytest.mark.parametrize("mod,attr,src", SOURCES, ids=[f"{m}.{a}" for m, a, _ in SOURCES])
+def test_the_ptxas_report_covers_every_kernel_in_the_cubin(mod, attr, src):
+    """compile_source rebuilds when a cached build's log misses kernels, so no report lookup can fail."""
+    from utils.build import cubin_kernels
+    comp = compile_source(src, arch="sm_90")
+    assert set(cubin_kernels(comp.cubin)) == set(comp.report), src.file
