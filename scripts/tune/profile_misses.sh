@@ -17,7 +17,7 @@ ncu --profile-from-start off --clock-control none --kernel-name-base demangled -
 echo "ncu rc=$?" >> "$OUT/ncu_run.log"
 ncu -i "$OUT/ncu_misses.ncu-rep" --page details > "$OUT/ncu_details.txt" 2>&1
 ncu -i "$OUT/ncu_misses.ncu-rep" --page raw --csv > "$OUT/ncu_raw.csv" 2>&1
-for k in w4a16_marlin w4a16_marlin_v4 w4a16_gemv_v1_magic softmax_v10 layernorm_v6 rmsnorm_v4; do
+for k in w4a16_marlin w4a16_marlin_v4 w4a16_gemv_v1_magic softmax_v10 layernorm_v6 rmsnorm_v4 layernorm_v8 rmsnorm_v6; do
   ncu -i "$OUT/ncu_misses.ncu-rep" --page source --csv --print-source sass -k "regex:$k" -c 1 \
       > "$OUT/ncu_source_$k.csv" 2>&1
 done
