@@ -20,6 +20,16 @@ def _int4_problem(K, N):
     return Q.random_int4_problem(K, N)
 
 
+def _gemv_problem(K, N):
+    """(x, qweight, qzeros, s, ref, q): a random batch-1 W4A16 problem in the GPTQ layout, x bf16 [1, K], and the
+    fp32 reference the GEMV versions are checked against (q: the codes, for layouts repacked from them)."""
+    from kernels import quant as Q
+    q, z, s = _int4_problem(K, N)
+    x = _bf16_normal((1, K))
+    qweight, qzeros = Q.pack_gptq(q, z)
+    return x, qweight, qzeros, s, Q.gemv_reference(x, qweight, qzeros, s), q
+
+
 def _mma_problem(K, N):
     """(qzeros, qmma, s, W): the tensors the Marlin-style kernels take, and W [K, N] fp32 holding exactly
     the bf16 values their B fragments hold (the reference multiplies by it)."""
@@ -101,10 +111,7 @@ def test_int4_conversions_are_exact(words):
 def test_gemv_versions_match_the_reference(K, N):
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q, z, s = _int4_problem(K, N)
-    x = _bf16_normal((1, K))
-    qweight, qzeros = Q.pack_gptq(q, z)
-    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    x, qweight, qzeros, s, ref, q = _gemv_problem(K, N)
     for label, v in Q.GEMV_VERSIONS.items():
         out = poisoned((1, N), Q.BF16)
         v.launch(x, qweight, qzeros, s, out)
@@ -144,10 +151,7 @@ def test_mma_gemm_matches_the_reference(K, N):
 def test_gemv_v2_variants_and_splits(K, N):
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q, z, s = _int4_problem(K, N)
-    x = _bf16_normal((1, K))
-    qweight, qzeros = Q.pack_gptq(q, z)
-    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    x, qweight, qzeros, s, ref, q = _gemv_problem(K, N)
     groups = K // Q.GROUP
     for bn, stages in Q.GEMV_V2_CONFIGS:
         for splits in sorted({None, 1, min(3, groups), groups}, key=lambda v: -1 if v is None else v):
@@ -166,10 +170,7 @@ def test_gemv_v2_variants_and_splits(K, N):
 def test_gemv_v3_ring_variants(K, N):
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q, z, s = _int4_problem(K, N)
-    x = _bf16_normal((1, K))
-    qweight, qzeros = Q.pack_gptq(q, z)
-    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    x, qweight, qzeros, s, ref, q = _gemv_problem(K, N)
     for rows, stages in Q.GEMV_V3_CONFIGS:
         out = poisoned((1, N), Q.BF16)
         Q.launch_gemv_v3(x, qweight, qzeros, s, out, rows=rows, stages=stages)
@@ -255,11 +256,8 @@ def test_marlin_extreme_activations_and_rejects(kernel, max_m):
 def test_gemv_v4_mma_variants(K, N):
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q, z, s = _int4_problem(K, N)
-    x = _bf16_normal((1, K))
-    qweight, qzeros = Q.pack_gptq(q, z)
+    x, qweight, qzeros, s, ref, q = _gemv_problem(K, N)
     qmma = Q.pack_mma(q)
-    ref = Q.gemv_reference(x, qweight, qzeros, s)
     for ntw, warps in Q.GEMV_V4_CONFIGS:
         out = poisoned((1, N), Q.BF16)
         Q.launch_gemv_v4(x, qmma, qzeros, s, out, ntw=ntw, warps=warps)
@@ -291,10 +289,7 @@ def test_gemv_v4_extreme_activations_and_zero_points():
 def test_gemv_v5_variants_and_splits(K, N):
     from kernels import quant as Q
     from utils.check import assert_close, poisoned
-    q, z, s = _int4_problem(K, N)
-    x = _bf16_normal((1, K))
-    qweight, qzeros = Q.pack_gptq(q, z)
-    ref = Q.gemv_reference(x, qweight, qzeros, s)
+    x, qweight, qzeros, s, ref, q = _gemv_problem(K, N)
     for bn, rows in Q.GEMV_V5_CONFIGS:
         blocks = K // 8 // rows
         for splits in sorted({None, 1, min(3, blocks), min(8, blocks), blocks}, key=lambda v: -1 if v is None else v):
