@@ -30,3 +30,14 @@ def test_first_cell_sets_up_the_chapter(path):
     nb = json.loads(path.read_text())
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
     assert f'utils.setup_notebook("{path.stem}")' in "".join(first["source"])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_cell_has_a_unique_id(path):
+    """nbformat 4.5 requires cell ids (a cell added by hand after a run lacks one, and nbformat warns that
+    this will become an error); ids must be unique within the notebook."""
+    nb = json.loads(path.read_text())
+    ids = [c.get("id") for c in nb["cells"]]
+    missing = [k for k, i in enumerate(ids) if not i]
+    assert not missing, f"{path.name}: cells {missing} have no id (give each a short unique hex id)"
+    assert len(set(ids)) == len(ids), f"{path.name}: duplicate cell ids"
