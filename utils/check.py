@@ -60,8 +60,12 @@ def poisoned(shape, dtype, xp=None, fill=None):
     """
     if xp is None:
         import cupy as xp
-    dtype = np.dtype(dtype)
-    out = xp.empty(shape, dtype=dtype)
+    return poison(xp.empty(shape, dtype=np.dtype(dtype)), fill)
+
+
+def poison(out, fill=None):
+    """Fill an existing output buffer in place the way :func:`poisoned` fills a new one; return it."""
+    dtype = np.dtype(out.dtype)
     if fill is not None:
         out.fill(fill)
     elif dtype.kind == "f" or dtype.name == "bfloat16":

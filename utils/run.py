@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from .paths import CHAPTERS, REPO
-from .stamp import STAMP_KEY, problems, source_sha256, toc_notebooks
+from .stamp import STAMP_KEY, problems, source_sha256, static_inputs, toc_notebooks
 
 
 def all_notebooks() -> list[Path]:
@@ -63,9 +63,12 @@ def execute(path: Path, cell_timeout: int = 600, allow_errors: bool = False) -> 
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     with tempfile.NamedTemporaryFile("w+", suffix=".inputs", delete=False) as log:
         log_path = log.name
-    env_before = {k: os.environ.get(k) for k in ("BOOK_INPUTS_LOG", "BOOK_RUN_STARTED", "PYTHONPATH",
-                                                "TQDM_DISABLE")}
+    with tempfile.NamedTemporaryFile("w+", suffix=".compile", delete=False) as log:
+        compile_log = log.name
+    env_before = {k: os.environ.get(k) for k in ("BOOK_INPUTS_LOG", "BOOK_COMPILE_LOG", "BOOK_RUN_STARTED",
+                                                "PYTHONPATH", "TQDM_DISABLE")}
     os.environ["BOOK_INPUTS_LOG"] = log_path
+    os.environ["BOOK_COMPILE_LOG"] = compile_log
     os.environ["BOOK_RUN_STARTED"] = started
     # Progress bars are for people watching; in the stored outputs they would be frames of noise.
     os.environ["TQDM_DISABLE"] = "1"
@@ -90,15 +93,38 @@ def execute(path: Path, cell_timeout: int = 600, allow_errors: bool = False) -> 
             else:
                 os.environ[k] = v
     wall = time.time() - t0
-    inputs = sorted(set(Path(log_path).read_text().split()))
+    raw = json.loads(nbformat.writes(nb))
+    inputs = sorted(set(Path(log_path).read_text().split()) | set(static_inputs(raw)))
     os.unlink(log_path)
+    compiled = compile_summary(Path(compile_log).read_text())
+    os.unlink(compile_log)
     if ok:
-        stamp = {**environment(), "started": started, "wall_s": round(wall, 1), "inputs": inputs}
-        raw = json.loads(nbformat.writes(nb))
+        stamp = {**environment(), "started": started, "wall_s": round(wall, 1), "inputs": inputs, **compiled}
         stamp["source_sha256"] = source_sha256(raw, inputs)
         nb.metadata[STAMP_KEY] = stamp
     nbformat.write(nb, path)
     return ok, wall, error
+
+
+def compile_summary(log: str) -> dict:
+    """Compile seconds of one execution from the BOOK_COMPILE_LOG lines utils.build appends
+    (``kind<TAB>seconds<TAB>file<TAB>arch``, kind nvrtc | nvcc | disk): {compile_s, compile_builds,
+    cache_load_s, cache_hits}."""
+    out = {"compile_s": 0.0, "compile_builds": 0, "cache_load_s": 0.0, "cache_hits": 0}
+    for line in log.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 2:
+            continue
+        kind, secs = parts[0], float(parts[1])
+        if kind == "disk":
+            out["cache_load_s"] += secs
+            out["cache_hits"] += 1
+        else:
+            out["compile_s"] += secs
+            out["compile_builds"] += 1
+    out["compile_s"] = round(out["compile_s"], 2)
+    out["cache_load_s"] = round(out["cache_load_s"], 3)
+    return out
 
 
 def main(argv=None) -> int:

@@ -2,11 +2,14 @@
 
 A GPU run writes notebook metadata ``book_run`` = {gpu, cc, driver, cuda_runtime, nvrtc, cupy,
 python, started, wall_s, source_sha256, inputs}. ``source_sha256`` hashes the notebook's code cells
-and every repository file in ``inputs`` (the kernels/ sources, headers and host modules it compiled).
-On a CPU, :func:`problems` recomputes the hash: changed code or kernels make the notebook stale.
+and every repository file in ``inputs``: the kernels/ sources and headers it compiled (logged at run
+time), every kernels module its code imports, directly or through other kernels modules (found by
+reading the imports), and every module of utils/ (the toolkit: build, bench, check, record).
+On a CPU, :func:`problems` recomputes the hash: changed code, kernels or toolkit make the notebook stale.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import platform
@@ -31,6 +34,70 @@ def source_sha256(nb: dict, inputs, root: Path = REPO) -> str:
         h.update(b"\x1f" + rel.encode() + b"\x1f")
         h.update(p.read_bytes() if p.exists() else b"<missing>")
     return h.hexdigest()
+
+
+def toolkit_files(root: Path = REPO) -> list[str]:
+    """Every module of utils/, relative to the repository: a notebook's results depend on all of it."""
+    return sorted(str(p.relative_to(root)) for p in (Path(root) / "utils").rglob("*.py"))
+
+
+def _imported_modules(code: str) -> set[str]:
+    """Absolute module names a piece of Python imports (IPython magics and shell lines ignored)."""
+    lines = [ln for ln in code.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    """kernels.softmax -> kernels/softmax.py (or kernels/softmax/__init__.py); None if not a kernels module."""
+    parts = name.split(".")
+    if parts[0] != "kernels" or len(parts) < 2:
+        return None
+    base = Path(root).joinpath(*parts)
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def imported_kernel_modules(nb: dict, root: Path = REPO) -> list[str]:
+    """The kernels modules a notebook's code imports, followed through the imports (absolute and
+    relative) of those modules, as paths relative to the repository."""
+    root = Path(root)
+    todo = sorted(_imported_modules(code_source(nb)))
+    found: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        path = _module_file(name, root)
+        if path is None or name in found:
+            continue
+        found[name] = path
+        text = path.read_text()
+        todo += sorted(_imported_modules(text))
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                mod = ".".join(base + ([node.module] if node.module else []))
+                todo.append(mod)
+                todo += [f"{mod}.{a.name}" for a in node.names]
+    return sorted({str(p.relative_to(root)) for p in found.values()})
+
+
+def static_inputs(nb: dict, root: Path = REPO) -> list[str]:
+    """The inputs of a notebook that reading it reveals: utils/ and the kernels modules it imports."""
+    return sorted(set(toolkit_files(root)) | set(imported_kernel_modules(nb, root)))
 
 
 def environment() -> dict:
@@ -69,8 +136,14 @@ def problems(path: Path, root: Path = REPO) -> list[str]:
     else:
         if not any(g in stamp.get("gpu", "") for g in BOOK_GPUS):
             out.append(f"executed on {stamp.get('gpu')!r}, not on an H100/H200")
-        if source_sha256(nb, stamp.get("inputs", []), root) != stamp.get("source_sha256"):
+        inputs = stamp.get("inputs", [])
+        if source_sha256(nb, inputs, root) != stamp.get("source_sha256"):
             out.append("stale: its code cells or kernel sources changed after its GPU run")
+        else:
+            uncovered = sorted(set(static_inputs(nb, root)) - set(inputs))
+            if uncovered:
+                out.append(f"stale: its stamp does not cover {len(uncovered)} file(s) it depends on "
+                           f"({', '.join(uncovered[:3])}{', ...' if len(uncovered) > 3 else ''})")
     code = [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
     errors = sum(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
     if errors:
