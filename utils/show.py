@@ -72,3 +72,24 @@ def show_ptxas(report: dict, kernels=None) -> None:
         rows.append(f"| `{k}` | {r['registers']} | {r['smem_bytes']} | {r['stack_bytes']} | "
                     f"{r['spill_stores']}/{r['spill_loads']} |")
     display(Markdown("\n".join(rows)))
+
+
+def snippet_diff(file_a: str, name_a: str | None, file_b: str, name_b: str | None, context: int = 3) -> str:
+    """A unified diff from one snippet (or whole file, name None) of kernels/ to another."""
+    import difflib
+
+    def text(file, name):
+        return snippet(file, name) if name else (KERNELS / file).read_text()
+
+    a, b = text(file_a, name_a).splitlines(), text(file_b, name_b).splitlines()
+    label_a = f"kernels/{file_a}" + (f" · {name_a}" if name_a else "")
+    label_b = f"kernels/{file_b}" + (f" · {name_b}" if name_b else "")
+    return "\n".join(difflib.unified_diff(a, b, label_a, label_b, n=context, lineterm=""))
+
+
+def show_diff(file_a: str, name_a: str | None, file_b: str, name_b: str | None, context: int = 3) -> None:
+    """Display what a version changes against its parent ("same as v3, but ..."), as a highlighted diff."""
+    diff = snippet_diff(file_a, name_a, file_b, name_b, context)
+    if not diff:
+        raise SnippetError(f"kernels/{file_a} · {name_a} and kernels/{file_b} · {name_b} are identical")
+    _display_code(diff, f"{name_b or file_b} against {name_a or file_a}", lang="diff")

@@ -237,6 +237,15 @@ class Registry(Mapping):
         from .gpu import supports
         return [v for v in self.values() if all(supports(f) for f in v.requires)]
 
+    def show_diff(self, label, context: int = 3) -> None:
+        """Display what version ``label`` changes against its parent, as a diff of their snippets."""
+        from .show import show_diff
+        child = self[label]
+        if child.parent is None:
+            raise ValueError(f"{child.name} has no parent to diff against; use .show()")
+        parent = self[child.parent]
+        show_diff(parent.source.file, parent.snippet, child.source.file, child.snippet, context)
+
     def lineage(self, label) -> list[Version]:
         """The version and its ancestors, oldest first."""
         chain = [self[label]]
