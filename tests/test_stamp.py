@@ -63,3 +63,39 @@ def test_toc_lists_notebooks_not_markdown(tmp_path):
     (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nparts:\n- caption: A\n  chapters:\n"
                                        "  - file: page\n  - file: chapters/01-x\n")
     assert toc_notebooks(tmp_path) == [tmp_path / "chapters/01-x.ipynb"]
+
+
+def _tree(tmp_path):
+    """A repository with utils/, a kernels package importing another module, and one unrelated module."""
+    for rel, text in {"utils/__init__.py": "", "utils/bench.py": "x = 1",
+                      "kernels/__init__.py": "", "kernels/a.py": "from . import b\nimport numpy",
+                      "kernels/b.py": "from kernels.pkg import helper", "kernels/pkg/__init__.py": "",
+                      "kernels/pkg/helper.py": "", "kernels/unused.py": ""}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+
+
+def test_imported_kernel_modules_are_followed_through_imports(tmp_path):
+    from utils.stamp import imported_kernel_modules
+    _tree(tmp_path)
+    nb = _nb(["%%requires clusters\nfrom kernels import a\nimport utils"], [1])
+    assert imported_kernel_modules(nb, tmp_path) == ["kernels/a.py", "kernels/b.py", "kernels/pkg/__init__.py",
+                                                     "kernels/pkg/helper.py"]
+
+
+def test_a_stamp_that_misses_the_toolkit_or_an_imported_module_is_stale(tmp_path):
+    from utils.stamp import static_inputs
+    _tree(tmp_path)
+    nb = _nb(["from kernels import a"], [1])
+    p = _stamped(tmp_path, nb, ["kernels/a.py"])
+    assert any("does not cover" in m for m in problems(p, tmp_path))
+    p = _stamped(tmp_path, _nb(["from kernels import a"], [1]), static_inputs(nb, tmp_path))
+    assert problems(p, tmp_path) == []
+    (tmp_path / "utils/bench.py").write_text("x = 2")           # the bench changed: the results may too
+    assert any("stale" in m for m in problems(p, tmp_path))
+
+
+def test_compile_summary_adds_builds_and_cache_loads():
+    from utils.run import compile_summary
+    log = "nvrtc\t2.5\tsoftmax.cu\tsm_90\nnvcc\t1.0\tgemm.cu\tsm_90a\ndisk\t0.01\tx.cu\tsm_90\nbad line\n"
+    assert compile_summary(log) == {"compile_s": 3.5, "compile_builds": 2, "cache_load_s": 0.01, "cache_hits": 1}
