@@ -7,6 +7,9 @@
 #   --test-args A   pytest arguments instead of the whole suite, e.g. "tests/gpu/test_softmax.py -x"
 #   --tests-first   run the tests before the notebooks (a first run of new kernels: fail fast)
 #   --nbval         nbval over the TOC's notebooks (re-executes them; slow)
+#   --ampere        the A100 reader's pass: every TOC notebook executed with BOOK_ARCH=sm_80 into
+#                   $OUT/ampere (never stamped), counting tracebacks and one-line skips per notebook
+#   --compile-times cold and warm compile seconds per chapter (scripts/compile_times.py)
 #   --run ARGS      python -m utils.run ARGS, e.g. --run "--stale --budget-s 480"
 #   env TEST_TIMEOUT_S / RUN_TIMEOUT_S cap the tests / the notebook run (a host's per-command limit:
 #                   the tarball is still written when the run is cut off)
@@ -18,11 +21,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT:-gpu_out}
-TESTS=0; NBVAL=0; RUN_ARGS=""; TEST_ARGS="tests"; TESTS_FIRST=0
+TESTS=0; NBVAL=0; RUN_ARGS=""; TEST_ARGS="tests"; TESTS_FIRST=0; AMPERE=0; COMPILE_TIMES=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) TESTS=1 ;;
     --nbval) NBVAL=1 ;;
+    --ampere) AMPERE=1 ;;
+    --compile-times) COMPILE_TIMES=1 ;;
     --test-args) TESTS=1; TEST_ARGS="$2"; shift ;;
     --tests-first) TESTS_FIRST=1 ;;
     --run) RUN_ARGS="$2"; shift ;;
@@ -33,6 +38,8 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
+# The compile cache inside the checkout (git-ignored): kept between calls while a host stays warm.
+export BOOK_CACHE_DIR=${BOOK_CACHE_DIR:-$PWD/.cache/kernels}
 status=0
 
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -72,6 +79,17 @@ fi
 [ -n "$RUN_ARGS" ] && tar czf "$OUT_DIR/book_outputs.tar.gz" chapters/*.ipynb results 2>/dev/null || true
 
 [ "$TESTS" = 1 ] && [ "$TESTS_FIRST" = 0 ] && run_tests
+
+if [ "$COMPILE_TIMES" = 1 ]; then
+  timeout "${COMPILE_TIMEOUT_S:-86400}" python3 scripts/compile_times.py 2>&1 | tee "$OUT_DIR/compile_times.log"
+fi
+
+if [ "$AMPERE" = 1 ]; then
+  BOOK_ARCH=sm_80 timeout "${AMPERE_TIMEOUT_S:-86400}" python3 -m utils.run --toc --scratch "$OUT_DIR/ampere" \
+    2>&1 | tee "$OUT_DIR/ampere.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  tar czf "$OUT_DIR/ampere.tar.gz" -C "$OUT_DIR" ampere 2>/dev/null && rm -rf "$OUT_DIR/ampere"
+fi
 
 if [ "$NBVAL" = 1 ]; then
   nbs=$(python3 -c "from utils.stamp import toc_notebooks; print(' '.join(map(str, toc_notebooks())))")

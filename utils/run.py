@@ -5,6 +5,8 @@
     python -m utils.run chapters/04-memory-hierarchy.ipynb ...
     python -m utils.run --stale --budget-s 540   # stop starting notebooks after 9 minutes
     python -m utils.run --stale --allow-errors   # first run of new code: every failing cell, no stamps
+    BOOK_ARCH=sm_80 python -m utils.run --toc --scratch /tmp/ampere   # the A100 reader's pass: copies in
+                                                 # /tmp/ampere, never stamped; counts tracebacks and skip lines
 
 A host may allow only minutes per command: with ``--budget-s`` the run stops before starting a
 notebook it might not finish, and says which are left, so the book executes in parts.
@@ -46,11 +48,27 @@ def first_errors(nb, limit: int = 3) -> str:
     return "; ".join(found[:limit]) + more
 
 
-def execute(path: Path, cell_timeout: int = 600, allow_errors: bool = False) -> tuple[bool, float, str]:
+SKIP_LINE = "skipped: this cell needs"
+
+
+def skip_lines(nb) -> int:
+    """How many cells printed the one-line skip of ``%%requires`` (a feature the GPU lacks)."""
+    return sum(SKIP_LINE in (out.get("text") or "") for cell in nb.cells for out in cell.get("outputs", [])
+               if out.get("output_type") == "stream")
+
+
+def error_outputs(nb) -> int:
+    return sum(out.get("output_type") == "error" for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def execute(path: Path, cell_timeout: int = 600, allow_errors: bool = False,
+            scratch: Path | None = None) -> tuple[bool, float, str]:
     """Run one notebook top to bottom with nbclient; stamp it on success. Returns (ok, wall_s, error).
 
     With allow_errors every cell runs even after one fails (a diagnostic pass on a first run: one
-    call shows every failure); such a notebook is never stamped.
+    call shows every failure); such a notebook is never stamped. With ``scratch`` (a folder) the
+    executed copy is written there, never stamped, its record goes to ``scratch/results``, and the
+    message counts its error outputs and skip lines: the repository is left as it was.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -66,7 +84,10 @@ def execute(path: Path, cell_timeout: int = 600, allow_errors: bool = False) -> 
     with tempfile.NamedTemporaryFile("w+", suffix=".compile", delete=False) as log:
         compile_log = log.name
     env_before = {k: os.environ.get(k) for k in ("BOOK_INPUTS_LOG", "BOOK_COMPILE_LOG", "BOOK_RUN_STARTED",
-                                                "PYTHONPATH", "TQDM_DISABLE")}
+                                                "PYTHONPATH", "TQDM_DISABLE", "BOOK_RESULTS")}
+    if scratch is not None:
+        allow_errors = True
+        os.environ["BOOK_RESULTS"] = str(Path(scratch) / "results")
     os.environ["BOOK_INPUTS_LOG"] = log_path
     os.environ["BOOK_COMPILE_LOG"] = compile_log
     os.environ["BOOK_RUN_STARTED"] = started
@@ -98,6 +119,13 @@ def execute(path: Path, cell_timeout: int = 600, allow_errors: bool = False) -> 
     os.unlink(log_path)
     compiled = compile_summary(Path(compile_log).read_text())
     os.unlink(compile_log)
+    if scratch is not None:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, Path(scratch) / path.name)
+        errors = error_outputs(nb)
+        return errors == 0, wall, (f"{errors} error output(s), {skip_lines(nb)} skip line(s), "
+                                   f"compile {compiled['compile_s']} s")
+    print(f"     compile: {compiled}", flush=True)
     if ok:
         stamp = {**environment(), "started": started, "wall_s": round(wall, 1), "inputs": inputs, **compiled}
         stamp["source_sha256"] = source_sha256(raw, inputs)
@@ -132,6 +160,9 @@ def main(argv=None) -> int:
     ap.add_argument("notebooks", nargs="*", type=Path)
     ap.add_argument("--stale", action="store_true", help="only notebooks that are not fresh")
     ap.add_argument("--all", action="store_true", help="every notebook in chapters/")
+    ap.add_argument("--toc", action="store_true", help="the notebooks in _toc.yml")
+    ap.add_argument("--scratch", type=Path, default=None,
+                    help="write executed copies here, unstamped (verification passes, e.g. BOOK_ARCH=sm_80)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="do not start another notebook after this many seconds")
     ap.add_argument("--expect-s", type=float, default=90,
@@ -146,10 +177,12 @@ def main(argv=None) -> int:
         todo = [p.resolve() for p in args.notebooks]
     elif args.all:
         todo = all_notebooks()
+    elif args.toc:
+        todo = toc_notebooks()
     elif args.stale:
         todo = stale_notebooks()
     else:
-        ap.error("name notebooks, or pass --stale or --all")
+        ap.error("name notebooks, or pass --stale, --toc or --all")
     t_start, failed, done = time.time(), [], []
     for i, p in enumerate(todo):
         spent = time.time() - t_start
@@ -157,7 +190,7 @@ def main(argv=None) -> int:
             left = [str(q.relative_to(REPO)) for q in todo[i:]]
             print(f"budget: {spent:.0f} s spent; left for the next command: {' '.join(left)}")
             break
-        ok, wall, err = execute(p, args.cell_timeout, args.allow_errors)
+        ok, wall, err = execute(p, args.cell_timeout, args.allow_errors, args.scratch)
         rel = p.relative_to(REPO)
         print(f"{'ok  ' if ok else 'FAIL'} {rel} {wall:6.1f} s {err}", flush=True)
         (done if ok else failed).append(rel)
