@@ -9,13 +9,16 @@ Importing this module needs no GPU; the launchers do.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from utils.build import KernelSource
 from utils.check import CheckFailed
-from utils.ops import Version, expect_array, registry
+from utils.arrays import xp as array_module
+from utils.ops import expect_array
+from utils.version import Launch, Registry, Unsupported, Version
 
 SOURCE = KernelSource("ceilings.cu")
 
@@ -172,21 +175,8 @@ def fma_threads(sms: int) -> int:
     return sms * BLOCKS_PER_SM * FMA_THREADS
 
 
-def _sms() -> int:
-    from utils import device_summary
-    return device_summary()["sms"]
-
-
 # ---------------------------------------------------------------------------------------------------
 # References (NumPy or CuPy: the arithmetic runs where the arrays live).
-
-def _xp(a):
-    try:
-        import cupy
-        return cupy.get_array_module(a)
-    except Exception:
-        return np
-
 
 def read_reference(x, grid: int, repeats: int = 1):
     """Per-block sums read_v1_vec4 produces, in float64.
@@ -195,7 +185,7 @@ def read_reference(x, grid: int, repeats: int = 1):
     j = t (mod grid * READ_THREADS) below repeats * n4; the n % 4 tail floats go to threads 0..2
     (block 0), once per pass. Memory grows with repeats * n / 4: use repeats > 1 on small arrays only.
     """
-    xp = _xp(x)
+    xp = array_module(x)
     n = x.shape[0]
     n4 = n // 4
     stride = grid * READ_THREADS
@@ -220,7 +210,7 @@ def check_read_total(partial, x, repeats: int, tol: float = 1e-5, name: str = "r
     A cheap check for large repeat counts, where the per-block reference would be large; scaling by
     sum|x| keeps it meaningful when the sum of signed data nearly cancels.
     """
-    xp = _xp(partial)
+    xp = array_module(partial)
     if not bool(xp.isfinite(partial).all()):
         raise CheckFailed(f"{name}: NaN/inf in the partial sums (unwritten or invalid)")
     got = float(partial.sum(dtype=xp.float64))
@@ -237,14 +227,14 @@ def smem_seed(xp=None, rng=None):
     """Random integers 1..7 as float32, [SMEM_TILE, 4]: every sum the smem probe forms is exact."""
     if xp is None:
         import cupy as xp
-    rng = rng or np.random.default_rng()
+    rng = rng or np.random.default_rng(0)
     return xp.asarray(rng.integers(1, 8, size=(SMEM_TILE, 4)).astype(np.float32))
 
 
 def smem_reference(seed, blocks: int, iters: int):
     """Per-thread result of smem_read_v1_vec4: thread t adds tile[t] and tile[t + SMEM_THREADS]
     SMEM_UNROLL / 2 times each per iteration, then the four components."""
-    xp = _xp(seed)
+    xp = array_module(seed)
     s = seed.astype(xp.float64).sum(axis=1)
     per_thread = (SMEM_UNROLL // 2) * iters * (s[:SMEM_THREADS] + s[SMEM_THREADS:])
     return xp.tile(per_thread, blocks)
@@ -260,7 +250,7 @@ def fma_reference(x, m: float, c: float, steps: int):
 
     m == 1: a_0 + s c; otherwise m^s (a_0 - f) + f with the fixed point f = c / (1 - m).
     """
-    xp = _xp(x)
+    xp = array_module(x)
     a = x.astype(xp.float64)
     m, c = float(np.float32(m)), float(np.float32(c))
     if m == 1.0:
@@ -277,7 +267,7 @@ def fma_exact_inputs(shape, xp=None, rng=None):
     """
     if xp is None:
         import cupy as xp
-    rng = rng or np.random.default_rng()
+    rng = rng or np.random.default_rng(0)
     return xp.asarray((rng.integers(1024, 2048, size=shape) / 1024.0).astype(np.float32))
 
 
@@ -316,28 +306,48 @@ def gemm_check(a, b, c, *, tol: float, rows: int = 64, name: str = "GEMM") -> fl
 # ---------------------------------------------------------------------------------------------------
 # Launchers.
 
-def copy_v1(src, dst) -> None:
-    """dst[:] = src[:] with copy_v1_vec4 (float32, 1-D, 16-byte aligned)."""
+@dataclasses.dataclass(frozen=True)
+class CopyProblem:
+    src: object
+    out: object
+    n: int
+
+
+def copy_problem(src, dst) -> CopyProblem:
+    """dst[:] = src[:]: 1-D float32 device arrays of one size, 16-byte aligned, at least one element."""
     expect_array(src, "src", dtype=np.float32, ndim=1)
     n = int(src.shape[0])
     expect_array(dst, "dst", dtype=np.float32, shape=(n,))
     if n == 0:
         raise ValueError("src: expected at least one element, got an empty array")
-    grid = copy_grid(n, _sms())
-    SOURCE.function("copy_v1_vec4")((grid,), (COPY_THREADS,), (src, dst, np.uint64(n)))
+    return CopyProblem(src, dst, n)
 
 
-def copy_v2(src, dst) -> None:
-    """dst[:] = src[:] with copy_v2_vec4_blocks (float32, 1-D, 16-byte aligned)."""
-    expect_array(src, "src", dtype=np.float32, ndim=1)
-    n = int(src.shape[0])
-    expect_array(dst, "dst", dtype=np.float32, shape=(n,))
-    if n == 0:
-        raise ValueError("src: expected at least one element, got an empty array")
-    grid = copy_v2_grid(n)
+def plan_copy_v1(p: CopyProblem, config=None) -> list[Launch]:
+    """One wave (the driver lowers the grid to what is resident: 8 blocks per SM), grid-stride."""
+    return [Launch("copy_v1_vec4", (copy_v2_grid(p.n), 1, 1), (COPY_THREADS, 1, 1),
+                   (p.src, p.out, np.uint64(p.n)), persistent=True)]
+
+
+def plan_copy_v2(p: CopyProblem, config=None) -> list[Launch]:
+    """One float4 per thread: the grid covers the array."""
+    grid = copy_v2_grid(p.n)
     if grid > _I32:
-        raise ValueError(f"src: {n} elements need {grid} blocks, more than a grid holds")
-    SOURCE.function("copy_v2_vec4_blocks")((grid,), (COPY_THREADS,), (src, dst, np.uint64(n)))
+        raise Unsupported(f"src: {p.n} elements need {grid} blocks, more than a grid holds")
+    return [Launch("copy_v2_vec4_blocks", (grid, 1, 1), (COPY_THREADS, 1, 1), (p.src, p.out, np.uint64(p.n)))]
+
+
+COPY = Registry("copy", copy_problem, [
+    Version("copy_v1_vec4", "float4 copy, one wave, grid-stride, 4 loads in flight per thread before the stores",
+            SOURCE, plan_copy_v1, snippet="copy_v1"),
+    Version("copy_v2_vec4_blocks", "one float4 per thread, no loop: the block scheduler walks the array in order",
+            SOURCE, plan_copy_v2, parent="v1_vec4", snippet="copy_v2"),
+])
+
+# The single-purpose probes (one kernel each, plain launchers below) and the copy versions: every
+# extern "C" kernel of ceilings.cu.
+PROBE_KERNELS = ("read_v1_vec4", "smem_read_v1_vec4", "fma_v1_chains")
+KERNELS = tuple(v.name for v in COPY.values()) + PROBE_KERNELS
 
 
 def read_v1(src, partial, repeats: int = 1) -> None:
@@ -402,13 +412,13 @@ def resource_report() -> dict:
     if rep:
         return rep
     out = {}
-    for v in VERSIONS.values():
+    for name in KERNELS:
         try:
-            a = SOURCE.function(v.kernel).attributes
-            out[v.kernel] = dict(registers=a["num_regs"], smem_bytes=a["shared_size_bytes"],
+            a = SOURCE.function(name).attributes
+            out[name] = dict(registers=a["num_regs"], smem_bytes=a["shared_size_bytes"],
                                  stack_bytes=a["local_size_bytes"], spill_stores="n/a", spill_loads="n/a")
         except Exception as e:  # a report is a courtesy: never stop the notebook for it
-            out[v.kernel] = dict(registers=f"n/a ({type(e).__name__})", smem_bytes="n/a", stack_bytes="n/a",
+            out[name] = dict(registers=f"n/a ({type(e).__name__})", smem_bytes="n/a", stack_bytes="n/a",
                                  spill_stores="n/a", spill_loads="n/a")
     return out
 
@@ -421,15 +431,3 @@ def clock_ghz(clk) -> float:
     return cycles / ns
 
 
-VERSIONS = registry(
-    Version("copy_v1_vec4", "copy v1 vec4", copy_v1,
-            "float4 copy, one wave, grid-stride, 4 loads in flight per thread before the stores"),
-    Version("copy_v2_vec4_blocks", "copy v2 blocks", copy_v2,
-            "one float4 per thread, no loop: the block scheduler walks the array in order"),
-    Version("read_v1_vec4", "read v1 vec4", read_v1,
-            "the same access pattern, loads summed; repeated passes in one flat index space"),
-    Version("smem_read_v1_vec4", "smem v1 vec4", smem_read_v1,
-            "conflict-free 16-byte volatile shared-memory loads in a loop"),
-    Version("fma_v1_chains", "fma v1 chains", fma_v1,
-            "8 independent FMA chains per thread, 32 steps per loop trip"),
-)

@@ -17,6 +17,7 @@
 //
 //   cluster_whoami_c4                         every block of a 4-block cluster reports its rank, its
 //                                            cluster and its SM
+//   cluster_probe_c{1..16}                    empty kernels the driver's cluster occupancy is asked about
 #include <cooperative_groups.h>
 
 namespace cg = cooperative_groups;
@@ -189,4 +190,17 @@ __device__ __forceinline__ void reduce_dsmem(unsigned* __restrict__ out, unsigne
 CLUSTER_REDUCE_KERNELS(2)
 CLUSTER_REDUCE_KERNELS(4)
 CLUSTER_REDUCE_KERNELS(8)
+// [[/snippet]]
+
+// [[snippet: cluster_probe]]
+// Occupancy probes: an empty kernel per cluster size N = 1..16 (16 is a non-portable size). The host
+// launches nothing; it asks the driver (cuOccupancyMaxActiveClusters) how many clusters of N blocks,
+// each block holding a whole SM's shared memory, the GPU places at once: that count reflects how the
+// SMs are grouped into GPCs, since a cluster never spans two GPCs.
+#define CLUSTER_PROBE(N) \
+    extern "C" __global__ void __cluster_dims__(N, 1, 1) cluster_probe_c##N() { }
+CLUSTER_PROBE(1)  CLUSTER_PROBE(2)  CLUSTER_PROBE(3)  CLUSTER_PROBE(4)
+CLUSTER_PROBE(5)  CLUSTER_PROBE(6)  CLUSTER_PROBE(7)  CLUSTER_PROBE(8)
+CLUSTER_PROBE(9)  CLUSTER_PROBE(10) CLUSTER_PROBE(11) CLUSTER_PROBE(12)
+CLUSTER_PROBE(13) CLUSTER_PROBE(14) CLUSTER_PROBE(15) CLUSTER_PROBE(16)
 // [[/snippet]]

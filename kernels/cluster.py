@@ -15,9 +15,11 @@ import numpy as np
 
 from utils.build import KernelSource
 from utils.check import CheckFailed, assert_close
-from utils.ops import Version, expect_array, registry
+from utils.arrays import xp as array_module
+from utils.ops import expect_array
+from utils.version import Launch, Registry, Version
 
-SOURCE = KernelSource("cluster.cu")
+SOURCE = KernelSource("cluster.cu", requires=("clusters",))   # every kernel of the file: __cluster_dims__
 
 
 TILE = 2048                  # uint32 per block (8 KB), as in cluster.cu
@@ -29,17 +31,9 @@ WHOAMI_CLUSTER = 4
 _M1, _M2, _M3 = np.uint32(0x9E3779B1), np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35)
 
 
-def _xp_of(a):
-    try:
-        import cupy
-        return cupy.get_array_module(a)
-    except ImportError:
-        return np
-
-
 def payload_ref(seed: int, idx):
     """The kernel's integer mix of (seed, global index), in uint32 arithmetic (wraps like the GPU's)."""
-    xp = _xp_of(idx)
+    xp = array_module(idx)
     h = idx.astype(xp.uint32) * _M1 + xp.uint32(int(seed) & 0xFFFFFFFF)
     h ^= h >> xp.uint32(16)
     h *= _M2
@@ -114,68 +108,81 @@ def make_buffers(blocks: int, group: int) -> Buffers:
                    cupy.zeros(int(blocks) // int(group), dtype=cupy.uint32))
 
 
-def _check_buffers(bufs: Buffers, need_work: bool = True) -> tuple[int, int]:
-    blocks, group = int(bufs.blocks), int(bufs.group)
-    check_group(blocks, group)
-    if need_work:
-        expect_array(bufs.work, "work", dtype=np.uint32, shape=(blocks, TILE), align=16)
-    expect_array(bufs.out, "out", dtype=np.uint32, shape=(blocks // group, TILE), align=16)
-    return blocks, group
-
-
-def _cluster_size(group: int) -> int:
+def cluster_size(group: int) -> int:
+    """``group`` if cluster.cu compiles kernels for it, else ValueError naming the sizes it has."""
     if int(group) not in CLUSTER_SIZES:
         raise ValueError(f"group (cluster) size must be one of {CLUSTER_SIZES} (compiled in cluster.cu), "
                          f"got {group}")
     return int(group)
 
 
-def launch_v0(bufs: Buffers, seed: int):
+@dataclasses.dataclass(frozen=True)
+class ReduceProblem:
+    bufs: Buffers
+    seed: int
+    blocks: int
+    group: int
+
+    @property
+    def out(self):
+        return self.bufs.out
+
+
+def reduce_problem(bufs: Buffers, seed: int) -> ReduceProblem:
+    """The exchange on ``bufs`` (see :func:`make_buffers`) with the tiles of ``seed``."""
+    blocks, group = int(bufs.blocks), int(bufs.group)
+    check_group(blocks, group)
+    cluster_size(group)
+    expect_array(bufs.out, "out", dtype=np.uint32, shape=(blocks // group, TILE), align=16)
+    return ReduceProblem(bufs, int(seed) & 0xFFFFFFFF, blocks, group)
+
+
+def expect_workspace(p: ReduceProblem) -> None:
+    expect_array(p.bufs.work, "work", dtype=np.uint32, shape=(p.blocks, TILE), align=16)
+
+
+def plan_v0(p: ReduceProblem, config=None) -> list[Launch]:
     """Two launches: produce every tile into the workspace, then combine each group's slice."""
-    blocks, group = _check_buffers(bufs)
-    n = _cluster_size(group)
-    SOURCE.function("cluster_reduce_v0_produce")((blocks,), (THREADS,), (bufs.work, np.uint32(seed)))
-    SOURCE.function(f"cluster_reduce_v0_combine_c{n}")((blocks,), (THREADS,), (bufs.work, bufs.out))
-    return bufs.out
+    expect_workspace(p)
+    grid, block = (p.blocks, 1, 1), (THREADS, 1, 1)
+    return [Launch("cluster_reduce_v0_produce", grid, block, (p.bufs.work, np.uint32(p.seed))),
+            Launch(f"cluster_reduce_v0_combine_c{p.group}", grid, block, (p.bufs.work, p.bufs.out))]
 
 
-def launch_v1(bufs: Buffers, seed: int):
+def plan_v1(p: ReduceProblem, config=None) -> list[Launch]:
     """One launch, no cluster: the last block of each group to arrive reduces the group's tiles."""
-    blocks, group = _check_buffers(bufs)
-    expect_array(bufs.arrivals, "arrivals", dtype=np.uint32, shape=(blocks // group,), align=4)
-    n = _cluster_size(group)
-    SOURCE.function(f"cluster_reduce_v1_lastblock_c{n}")(
-        (blocks,), (THREADS,), (bufs.work, bufs.out, bufs.arrivals, np.uint32(seed)))
-    return bufs.out
+    expect_workspace(p)
+    expect_array(p.bufs.arrivals, "arrivals", dtype=np.uint32, shape=(p.blocks // p.group,), align=4)
+    return [Launch(f"cluster_reduce_v1_lastblock_c{p.group}", (p.blocks, 1, 1), (THREADS, 1, 1),
+                   (p.bufs.work, p.bufs.out, p.bufs.arrivals, np.uint32(p.seed)))]
 
 
-def launch_v2(bufs: Buffers, seed: int):
+def plan_v2(p: ReduceProblem, config=None) -> list[Launch]:
     """One launch, one cluster per group: tiles through global memory, cluster.sync() between."""
-    blocks, group = _check_buffers(bufs)
-    n = _cluster_size(group)
-    SOURCE.function(f"cluster_reduce_v2_cluster_global_c{n}")((blocks,), (THREADS,),
-                                                              (bufs.work, bufs.out, np.uint32(seed)))
-    return bufs.out
+    expect_workspace(p)
+    return [Launch(f"cluster_reduce_v2_cluster_global_c{p.group}", (p.blocks, 1, 1), (THREADS, 1, 1),
+                   (p.bufs.work, p.bufs.out, np.uint32(p.seed)), cluster=p.group)]
 
 
-def launch_v3(bufs: Buffers, seed: int):
+def plan_v3(p: ReduceProblem, config=None) -> list[Launch]:
     """One launch, one cluster per group: tiles stay in shared memory, read by the peers through DSMEM."""
-    blocks, group = _check_buffers(bufs, need_work=False)
-    n = _cluster_size(group)
-    SOURCE.function(f"cluster_reduce_v3_dsmem_c{n}")((blocks,), (THREADS,), (bufs.out, np.uint32(seed)))
-    return bufs.out
+    return [Launch(f"cluster_reduce_v3_dsmem_c{p.group}", (p.blocks, 1, 1), (THREADS, 1, 1),
+                   (p.bufs.out, np.uint32(p.seed)), cluster=p.group)]
 
 
-VERSIONS = registry(
-    Version("cluster_reduce_v0_produce+combine_cN", "v0_global_2launch", launch_v0,
-            "tiles through a global workspace, a second kernel reduces them"),
-    Version("cluster_reduce_v1_lastblock_cN", "v1_global_lastblock", launch_v1,
-            "one launch: tiles through global memory, the group's last block (atomic counter) reduces"),
-    Version("cluster_reduce_v2_cluster_global_cN", "v2_cluster_global", launch_v2,
-            "one launch, a cluster per group: tiles through global memory, cluster.sync() as the barrier"),
-    Version("cluster_reduce_v3_dsmem_cN", "v3_cluster_dsmem", launch_v3,
-            "one launch, a cluster per group: tiles stay in shared memory, peers read them over DSMEM"),
-)
+VERSIONS = Registry("cluster_reduce", reduce_problem, [
+    Version("cluster_reduce_v0_global_2launch", "tiles through a global workspace, a second kernel reduces them",
+            SOURCE, plan_v0, snippet="cluster_reduce_v0"),
+    Version("cluster_reduce_v1_global_lastblock",
+            "one launch: tiles through global memory, the group's last block (atomic counter) reduces",
+            SOURCE, plan_v1, parent="v0_global_2launch", snippet="cluster_reduce_v1"),
+    Version("cluster_reduce_v2_cluster_global",
+            "one launch, a cluster per group: tiles through global memory, cluster.sync() as the barrier",
+            SOURCE, plan_v2, parent="v1_global_lastblock", snippet="cluster_reduce_v2"),
+    Version("cluster_reduce_v3_cluster_dsmem",
+            "one launch, a cluster per group: tiles stay in shared memory, peers read them over DSMEM",
+            SOURCE, plan_v3, parent="v2_cluster_global", snippet="cluster_reduce_v3"),
+])
 
 
 def check_reduce(out, seed: int, blocks: int, group: int, *, ref=None) -> None:
@@ -218,3 +225,24 @@ def check_cluster_whoami(table, sms: int) -> None:
         raise CheckFailed(f"cluster whoami: block {r} reports {t[r, :4].tolist()}, expected {want[r].tolist()}")
     if t[:, 4].min() < 0 or t[:, 4].max() >= sms:
         raise CheckFailed(f"cluster whoami: smid outside [0, {sms})")
+
+
+# --- how many clusters fit at once: the GPCs seen through the driver -----------------------------------
+
+PROBE_SIZES = tuple(range(1, 17))
+
+
+def occupancy_probe_kernel(cluster: int) -> str:
+    """The empty kernel compiled with ``__cluster_dims__(cluster)`` (cluster.cu's probes)."""
+    if int(cluster) not in PROBE_SIZES:
+        raise ValueError(f"cluster: expected a size in 1..16 (the probes compiled in cluster.cu), got {cluster}")
+    return f"cluster_probe_c{int(cluster)}"
+
+
+def clusters_at_one_block_per_sm(sizes=PROBE_SIZES, threads: int = THREADS) -> dict[int, int | None]:
+    """Cluster size -> clusters resident at once when every block takes a whole SM's shared memory
+    (so a cluster of N blocks needs N SMs of one GPC), from cuOccupancyMaxActiveClusters."""
+    from utils.hardware import facts
+    from utils.occupancy import clusters_per_device
+    smem = facts().smem_per_block_optin
+    return {n: clusters_per_device(SOURCE.function(occupancy_probe_kernel(n)), threads, smem, n) for n in sizes}

@@ -3,7 +3,9 @@
 //   memory_pointer_chase       one thread follows a random cycle of dependent loads: latency per load
 //                              at each level (L1, L2, HBM), depending on the working-set size
 //   memory_strided_copy        y[t] = x[t * stride]: what uncoalesced reads cost (32-byte sectors)
-//   memory_copy_f1/_f2/_f4     y = x with 4-, 8- and 16-byte accesses per thread (same bytes in all)
+//   copy_width_v0_float        y = x, one 4-byte float per thread
+//   copy_width_v1_float2       ... one 8-byte float2 per thread (half the threads and instructions)
+//   copy_width_v2_float4       ... one 16-byte float4 per thread (a quarter)
 //   memory_smem_row            a warp reads a row of a 32x32 fp32 tile in shared memory (reference)
 //   memory_smem_col            ... reads a column of the unpadded tile: a 32-way bank conflict
 //   memory_smem_col_padded     ... of a [32][33] tile: no conflict
@@ -56,11 +58,11 @@ __device__ __forceinline__ void copy_one(const T* __restrict__ x, T* __restrict_
     if (i < n) y[i] = x[i];
 }
 
-extern "C" __global__ void memory_copy_f1(const float* __restrict__ x, float* __restrict__ y,
+extern "C" __global__ void copy_width_v0_float(const float* __restrict__ x, float* __restrict__ y,
                                           unsigned long long n) { copy_one(x, y, n); }
-extern "C" __global__ void memory_copy_f2(const float2* __restrict__ x, float2* __restrict__ y,
+extern "C" __global__ void copy_width_v1_float2(const float2* __restrict__ x, float2* __restrict__ y,
                                           unsigned long long n) { copy_one(x, y, n); }
-extern "C" __global__ void memory_copy_f4(const float4* __restrict__ x, float4* __restrict__ y,
+extern "C" __global__ void copy_width_v2_float4(const float4* __restrict__ x, float4* __restrict__ y,
                                           unsigned long long n) { copy_one(x, y, n); }
 // [[/snippet]]
 

@@ -11,7 +11,9 @@ import dataclasses
 import numpy as np
 
 from utils.build import KernelSource
+from utils.arrays import ceil_div
 from utils.ops import expect_array, expect_same_device
+from utils.version import Launch, Registry, Unsupported, Version
 
 SOURCE = KernelSource("memory.cu")
 
@@ -51,15 +53,16 @@ class Chase:
         return int(self.order[hops % self.n_nodes]) * NODE_STRIDE
 
 
-def make_chase(ws_bytes: int, xp=None) -> Chase:
-    """A pointer-chasing buffer of ``ws_bytes`` (a multiple of 128, at least two lines)."""
+def make_chase(ws_bytes: int, xp=None, seed: int = 0) -> Chase:
+    """A pointer-chasing buffer of ``ws_bytes`` (a multiple of 128, at least two lines); the cycle's
+    order is drawn from ``seed``."""
     xp = xp or _cupy()
     if ws_bytes % LINE_BYTES or ws_bytes < 2 * LINE_BYTES:
         raise ValueError(f"ws_bytes: expected a multiple of {LINE_BYTES} of at least {2 * LINE_BYTES}, got {ws_bytes}")
     if ws_bytes // 4 > 2**32 - 1:
         raise ValueError(f"ws_bytes: {ws_bytes} bytes need word indices beyond uint32")
     n = ws_bytes // LINE_BYTES
-    order = xp.random.permutation(n)
+    order = xp.asarray(np.random.default_rng(seed).permutation(n))
     nxt = xp.zeros(n * NODE_STRIDE, dtype=xp.uint32)
     nxt[order * NODE_STRIDE] = (xp.roll(order, -1) * NODE_STRIDE).astype(xp.uint32)
     return Chase(nxt, order, int(order[0]) * NODE_STRIDE, n, ws_bytes)
@@ -134,26 +137,48 @@ def strided_bytes(n: int) -> int:
     return 2 * 4 * n
 
 
-# --- vector width: 4, 8, 16 bytes per access --------------------------------------------------------
+# --- vector width: 4, 8, 16 bytes per access (one op, three versions) ------------------------------
 
-VEC_KERNELS = {1: "memory_copy_f1", 2: "memory_copy_f2", 4: "memory_copy_f4"}
+@dataclasses.dataclass(frozen=True)
+class CopyProblem:
+    x: object
+    out: object
+    n: int
 
 
-def copy_vec(x, y, width: int):
-    """``y = x`` (fp32, same size), each thread moving one element of ``width`` floats."""
-    if width not in VEC_KERNELS:
-        raise ValueError(f"width: expected one of {sorted(VEC_KERNELS)} floats, got {width}")
+def copy_problem(x, y) -> CopyProblem:
+    """``y = x``: two 1-D float32 device arrays of one size (at least one element)."""
     expect_array(x, "x", dtype=np.float32, ndim=1)
     expect_array(y, "y", dtype=np.float32, ndim=1, shape=(_size(x),))
     expect_same_device(x, y)
-    if _size(x) % width:
-        raise ValueError(f"x: size {_size(x)} is not a multiple of the vector width {width}")
-    n = _size(x) // width
-    grid = -(-n // BLOCK)
-    if grid >= 2**31:
-        raise ValueError(f"x: {_size(x)} floats need {grid} blocks, more than a grid holds")
-    SOURCE.function(VEC_KERNELS[width])((grid,), (BLOCK,), (x, y, np.uint64(n)))
-    return y
+    if _size(x) < 1:
+        raise ValueError("x: expected at least one element, got an empty array")
+    return CopyProblem(x, y, _size(x))
+
+
+def copy_width_plan(kernel: str, width: int):
+    """The plan of the version that moves ``width`` floats per thread: one element per thread."""
+    def plan(p: CopyProblem, config=None) -> list[Launch]:
+        if p.n % width:
+            raise Unsupported(f"x: size {p.n} is not a multiple of the vector width {width} floats")
+        n = p.n // width
+        grid = ceil_div(n, BLOCK)
+        if grid >= 2**31:
+            raise Unsupported(f"x: {p.n} floats need {grid} blocks, more than a grid holds")
+        return [Launch(kernel, (grid, 1, 1), (BLOCK, 1, 1), (p.x, p.out, np.uint64(n)))]
+    return plan
+
+
+COPY_WIDTHS = {"v0_float": 1, "v1_float2": 2, "v2_float4": 4}
+
+COPY_WIDTH = Registry("copy_width", copy_problem, [
+    Version("copy_width_v0_float", "y = x, one 4-byte float per thread", SOURCE,
+            copy_width_plan("copy_width_v0_float", 1), snippet="copy_vec"),
+    Version("copy_width_v1_float2", "8-byte float2 per thread: half the threads, instructions and requests",
+            SOURCE, copy_width_plan("copy_width_v1_float2", 2), parent="v0_float", snippet="copy_vec"),
+    Version("copy_width_v2_float4", "16-byte float4 per thread: a quarter of v0's threads and instructions",
+            SOURCE, copy_width_plan("copy_width_v2_float4", 4), parent="v1_float2", snippet="copy_vec"),
+])
 
 
 # --- shared-memory banks ----------------------------------------------------------------------------

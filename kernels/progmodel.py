@@ -5,13 +5,17 @@ Python/NumPy; CuPy is imported inside the functions that launch.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from utils.build import KernelSource
 from utils.check import CheckFailed
-from utils.ops import Version, expect_array, registry
+from utils.arrays import ceil_div
+from utils.arrays import xp as array_module
+from utils.ops import expect_array
+from utils.version import Launch, Registry, Version, driver_blocks_per_sm
 
 SOURCE = KernelSource("progmodel.cu")
 
@@ -183,9 +187,12 @@ def wave_kernel(smem: int):
 
 
 def resident_blocks(fn, threads: int, smem: int) -> int:
-    """The driver's occupancy answer: blocks of ``fn`` that one SM holds at once."""
-    import cupy
-    return int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, int(threads), int(smem)))
+    """The driver's occupancy answer (cuOccupancyMaxActiveBlocksPerMultiprocessor): blocks of ``fn``
+    that one SM holds at once."""
+    n = driver_blocks_per_sm(fn, threads, smem)
+    if n is None:
+        raise RuntimeError("the driver gave no occupancy answer for wave_spin")
+    return n
 
 
 # --- block sum ------------------------------------------------------------------------------------------
@@ -193,11 +200,11 @@ def resident_blocks(fn, threads: int, smem: int) -> int:
 SUM_THREADS = 256
 
 
-def integer_valued(n: int, lo: int = -4, hi: int = 4, xp=None):
-    """Random small integers stored as fp32: every partial sum of them is exact (far below 2**24)."""
+def integer_valued(n: int, lo: int = -4, hi: int = 4, seed: int = 0, xp=None):
+    """Seeded random small integers stored as fp32: every partial sum of them is exact (far below 2**24)."""
     if xp is None:
         import cupy as xp
-    return xp.random.randint(lo, hi + 1, size=int(n)).astype(xp.float32)
+    return xp.asarray(np.random.default_rng(seed).integers(lo, hi + 1, size=int(n)).astype(np.float32))
 
 
 def block_sum_nbytes(n: int, blocks: int) -> int:
@@ -208,11 +215,7 @@ def block_sum_nbytes(n: int, blocks: int) -> int:
 def block_sum_ref(x, blocks: int, threads: int = SUM_THREADS):
     """Partial sum of each block in float64: block b adds float4 q when (q // threads) % blocks == b,
     and block 0 also adds the n % 4 trailing floats. Works on NumPy and CuPy arrays."""
-    try:
-        import cupy
-        xp = cupy.get_array_module(x)
-    except ImportError:
-        xp = np
+    xp = array_module(x)
     n = x.shape[0]
     n4 = n // 4
     s4 = x[:4 * n4].astype(xp.float64).reshape(n4, 4).sum(axis=1)
@@ -222,35 +225,39 @@ def block_sum_ref(x, blocks: int, threads: int = SUM_THREADS):
     return part
 
 
-def _sum_args(x, partial) -> tuple[int, int]:
+@dataclasses.dataclass(frozen=True)
+class BlockSumProblem:
+    x: object
+    out: object      # partial: one float per block
+    n: int
+    blocks: int
+
+
+def block_sum_problem(x, partial) -> BlockSumProblem:
+    """partial[b] = sum of block b's share of x: x 1-D float32, 16-byte aligned; one block per partial."""
     expect_array(x, "x", dtype=np.float32, ndim=1, align=16)
     expect_array(partial, "partial", dtype=np.float32, ndim=1, align=4)
-    n, blocks = x.shape[0], partial.shape[0]
+    n, blocks = int(x.shape[0]), int(partial.shape[0])
     if blocks < 1:
-        raise ValueError("partial must hold at least one block's sum")
+        raise ValueError("partial: expected at least one block's sum, got an empty array")
     if n < 1:
-        raise ValueError("x is empty")
-    return n, blocks
+        raise ValueError("x: expected at least one element, got an empty array")
+    return BlockSumProblem(x, partial, n, blocks)
 
 
-def _launch_sum(name: str):
-    def launch(x, partial):
-        n, blocks = _sum_args(x, partial)
-        SOURCE.function(name)((blocks,), (SUM_THREADS,), (x, np.int64(n), partial))
-        return partial
-    launch.__name__ = f"launch_{name}"
-    launch.__doc__ = f"partial[b] = sum of block b's share of x ({name}); one block per entry of partial."
-    return launch
+def block_sum_version(name: str, summary: str, parent: str | None = None) -> Version:
+    def plan(p: BlockSumProblem, config=None) -> list[Launch]:
+        return [Launch(name, (p.blocks, 1, 1), (SUM_THREADS, 1, 1), (p.x, np.int64(p.n), p.out))]
+    snippet = "block_sum_" + name.split("_")[2]
+    return Version(name, summary, SOURCE, plan, parent=parent, snippet=snippet)
 
 
-BLOCK_SUM = registry(
-    Version("block_sum_v0_shfl", "v0_shfl", _launch_sum("block_sum_v0_shfl"),
-            "__shfl_xor_sync butterflies per warp, warp sums through shared memory"),
-    Version("block_sum_v1_cg", "v1_cg", _launch_sum("block_sum_v1_cg"),
-            "the same tree with cg::tiled_partition<32> and cg::reduce"),
-    Version("block_sum_v2_cg_tile16", "v2_cg_tile16", _launch_sum("block_sum_v2_cg_tile16"),
-            "sixteen-thread tiles: tiled_partition<16>, sixteen partials per block in smem"),
-)
+BLOCK_SUM = Registry("block_sum", block_sum_problem, [
+    block_sum_version("block_sum_v0_shfl", "__shfl_xor_sync butterflies per warp, warp sums through shared memory"),
+    block_sum_version("block_sum_v1_cg", "the same tree with cg::tiled_partition<32> and cg::reduce", "v0_shfl"),
+    block_sum_version("block_sum_v2_cg_tile16",
+                      "sixteen-thread tiles: tiled_partition<16>, sixteen partials per block in smem", "v1_cg"),
+])
 
 
 # --- filter -----------------------------------------------------------------------------------------
@@ -273,27 +280,41 @@ def check_filter(out, count, x, threshold: float) -> int:
     return k
 
 
-def _launch_filter(name: str):
-    def launch(x, threshold, out, count, *, blocks: int):
-        expect_array(x, "x", dtype=np.float32, ndim=1, align=4)
-        n = x.shape[0]
-        expect_array(out, "out", dtype=np.float32, shape=(n,), align=4)
-        expect_array(count, "count", dtype=np.uint32, shape=(1,), align=4)
-        if int(blocks) < 1:
-            raise ValueError(f"blocks must be at least 1, got {blocks}")
-        SOURCE.function(name)((int(blocks),), (SUM_THREADS,),
-                              (x, np.int64(n), np.float32(threshold), out, count))
-        return out
-    launch.__name__ = f"launch_{name}"
-    launch.__doc__ = f"out[:count] = x[x > threshold] in any order ({name}); count must start at 0."
-    return launch
+@dataclasses.dataclass(frozen=True)
+class FilterProblem:
+    x: object
+    threshold: float
+    out: object
+    count: object
+    n: int
 
 
-FILTER = registry(
-    Version("filter_v0_atomic", "v0_atomic", _launch_filter("filter_v0_atomic"),
-            "one atomicAdd on the shared counter per kept element"),
-    Version("filter_v1_coalesced", "v1_coalesced", _launch_filter("filter_v1_coalesced"),
-            "cg::coalesced_threads(): one atomicAdd per group of lanes that took the branch together"),
-    Version("filter_v2_block", "v2_block", _launch_filter("filter_v2_block"),
-            "warp ballots and a scan of the warp counts in smem: one atomicAdd per block window"),
-)
+def filter_problem(x, threshold, out, count) -> FilterProblem:
+    """out[:count] = x[x > threshold] in any order; count (uint32 [1]) must be 0 before each launch."""
+    expect_array(x, "x", dtype=np.float32, ndim=1, align=4)
+    n = int(x.shape[0])
+    expect_array(out, "out", dtype=np.float32, shape=(n,), align=4)
+    expect_array(count, "count", dtype=np.uint32, shape=(1,), align=4)
+    if n < 1:
+        raise ValueError("x: expected at least one element, got an empty array")
+    return FilterProblem(x, float(threshold), out, count, n)
+
+
+def filter_version(name: str, summary: str, parent: str | None = None) -> Version:
+    def plan(p: FilterProblem, config=None) -> list[Launch]:
+        # a grid-stride loop over one full wave of blocks (the driver lowers the grid to what is resident)
+        return [Launch(name, (ceil_div(p.n, SUM_THREADS), 1, 1), (SUM_THREADS, 1, 1),
+                       (p.x, np.int64(p.n), np.float32(p.threshold), p.out, p.count), persistent=True)]
+    snippet = "filter_" + name.split("_")[1]
+    return Version(name, summary, SOURCE, plan, parent=parent, snippet=snippet)
+
+
+FILTER = Registry("filter", filter_problem, [
+    filter_version("filter_v0_atomic", "one atomicAdd on the shared counter per kept element"),
+    filter_version("filter_v1_coalesced",
+                   "cg::coalesced_threads(): one atomicAdd per group of lanes that took the branch together",
+                   "v0_atomic"),
+    filter_version("filter_v2_block",
+                   "warp ballots and a scan of the warp counts in smem: one atomicAdd per block window",
+                   "v1_coalesced"),
+])

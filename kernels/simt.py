@@ -1,16 +1,20 @@
-"""Chapter 1 host side: vector add (three versions), the divergence and latency-hiding experiments.
+"""Chapter 1 host side: vector add (four versions in one Registry), the divergence and latency-hiding
+experiments.
 
-Everything here imports without a GPU: references, cost models, grid arithmetic and the occupancy
-estimate are plain Python/NumPy; CuPy is imported inside the functions that launch.
+Everything here imports without a GPU: references, cost models, plans and grid arithmetic are plain
+Python/NumPy; CuPy is imported inside the functions that launch.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
+from utils.arrays import xp as array_module
 from utils.build import KernelSource
-from utils.ops import Version, expect_array, expect_same_device, registry
+from utils.ops import expect_array, expect_same_device
+from utils.version import Launch, Registry, Version, config_type
 
 SOURCE = KernelSource("simt.cu")
 
@@ -63,11 +67,7 @@ def branch_ref(x, paths: int, iters: int, by_lane: bool):
     Element i runs in lane i % 32 of warp i // 32 (blocks are multiples of 32 threads); it takes
     path p = (lane or warp) % paths and adds d = p + 1 to four chains x, x+1, x+2, x+3, iters times.
     """
-    try:
-        import cupy
-        xp = cupy.get_array_module(x)
-    except ImportError:
-        xp = np
+    xp = array_module(x)
     i = xp.arange(x.shape[0], dtype=xp.int64)
     sel = (i % WARP) if by_lane else (i // WARP)
     p = sel % paths
@@ -79,11 +79,7 @@ def read_sum_ref(x4sum, threads_total: int):
 
     ``x4sum`` holds the sum of each float4 (float64, length n4). Returns float64 of length T.
     """
-    try:
-        import cupy
-        xp = cupy.get_array_module(x4sum)
-    except ImportError:
-        xp = np
+    xp = array_module(x4sum)
     T = int(threads_total)
     n4 = x4sum.shape[0]
     pad = (-n4) % T
@@ -91,17 +87,28 @@ def read_sum_ref(x4sum, threads_total: int):
     return s.reshape(-1, T).sum(axis=0)
 
 
-def integer_valued(n: int, lo: int = -1000, hi: int = 1000, xp=None):
-    """Random integers stored as fp32: FMA chains on them stay exact (every value below 2**24)."""
+BRANCH_ITERS = 512      # FMA steps per chain in the chapter's divergence experiment
+BRANCH_X_MAX = 1000     # |x| bound of its integer-valued inputs
+
+
+def branch_largest_value(x_max: int = BRANCH_X_MAX, paths: int = WARP, iters: int = BRANCH_ITERS) -> int:
+    """The largest |value| the branch kernels form: four chains x + q + iters * d summed, d <= paths.
+    Below 2**24 every step is an exact fp32 integer, so the reference can be compared bit for bit."""
+    return 4 * (int(x_max) + 3 + int(iters) * int(paths))
+
+
+def integer_valued(n: int, lo: int = -BRANCH_X_MAX, hi: int = BRANCH_X_MAX, seed: int = 0, xp=None):
+    """Seeded random integers stored as fp32: FMA chains on them stay exact (every value below 2**24)."""
     if xp is None:
         import cupy as xp
-    return xp.random.randint(lo, hi + 1, size=n).astype(xp.float32)
+    return xp.asarray(np.random.default_rng(seed).integers(lo, hi + 1, size=int(n)).astype(np.float32))
 
 
-# --- grids and occupancy ----------------------------------------------------------------------------
+# --- grids ----------------------------------------------------------------------------
 
 
-def _check_threads(threads: int, most: int = 1024) -> int:
+def check_threads(threads: int, most: int = 1024) -> int:
+    """``threads`` if it is a positive multiple of 32 up to ``most``, else ValueError."""
     if not isinstance(threads, (int, np.integer)) or threads <= 0 or threads % WARP or threads > most:
         raise ValueError(f"threads per block must be a positive multiple of 32 up to {most}, got {threads!r}")
     return int(threads)
@@ -112,44 +119,11 @@ def grid_one_per_thread(n: int, threads: int = THREADS) -> int:
     return max(1, math.ceil(int(n) / threads))
 
 
-def grid_stride_blocks(items: int, sms: int, blocks_per_sm: int, threads: int = THREADS) -> int:
-    """v1/v2: blocks = blocks_per_sm x SMs, never more than there are items to give a thread."""
-    if blocks_per_sm < 1:
-        raise ValueError(f"blocks_per_sm must be at least 1, got {blocks_per_sm}")
-    return max(1, min(int(sms) * int(blocks_per_sm), math.ceil(int(items) / threads)))
-
-
-def occupancy_estimate(registers: int, threads: int, *, regs_per_sm: int = 65536, max_warps: int = 64,
-                       max_blocks: int = 32, sub_partitions: int = 4, alloc_unit: int = 256) -> int:
-    """Resident blocks per SM allowed by registers and thread slots (Hopper rules, no shared memory).
-
-    Registers are given out per warp in units of 256 and each of the 4 schedulers owns a quarter of
-    the register file, as the CUDA occupancy calculator models it. The driver's answer
-    (:func:`resident_blocks_per_sm`) is the one launches use; this estimate explains it.
-    """
-    warps_per_block = math.ceil(threads / WARP)
-    regs_per_warp = math.ceil(max(registers, 1) * WARP / alloc_unit) * alloc_unit
-    warps_by_regs = (regs_per_sm // sub_partitions // regs_per_warp) * sub_partitions
-    warps = min(max_warps, warps_by_regs)
-    return min(max_blocks, warps // warps_per_block)
-
-
-_occupancy: dict = {}   # (kernel, threads, smem) -> (the loaded kernel asked about, its answer)
-
-
-def resident_blocks_per_sm(kernel: str, threads: int, smem: int = 0) -> int:
-    """The driver's occupancy calculator: blocks of ``threads`` of ``kernel`` resident on one SM.
-
-    Asked once per loaded kernel (v1 and v2 ask on every launch): a rebuilt kernel is asked again.
-    """
-    fn = SOURCE.function(kernel)
-    key = (kernel, int(threads), int(smem))
-    hit = _occupancy.get(key)
-    if hit is None or hit[0] is not fn:
-        import cupy
-        hit = _occupancy[key] = (fn, int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            fn.kernel.ptr, int(threads), int(smem))))
-    return hit[1]
+def grid_stride_blocks(items: int, blocks: int, threads: int = THREADS) -> int:
+    """v1/v2 with an explicit grid: ``blocks``, never more than there are items to give a thread."""
+    if blocks < 1:
+        raise ValueError(f"blocks must be at least 1, got {blocks}")
+    return max(1, min(int(blocks), math.ceil(int(items) / threads)))
 
 
 def kernel_resources(name: str) -> dict:
@@ -163,62 +137,46 @@ def kernel_resources(name: str) -> dict:
             "local_bytes": int(fn.local_size_bytes)}
 
 
-def _sms() -> int:
-    from utils.gpu import device_summary
-    return device_summary()["sms"]
-
-
-# --- vector add launchers ---------------------------------------------------------------------------
-
-
-def _vector_args(a, b, c, align: int) -> int:
-    expect_array(a, "a", dtype=np.float32, ndim=1, align=align)
-    n = a.shape[0]
-    expect_array(b, "b", dtype=np.float32, shape=(n,), align=align)
-    expect_array(c, "c", dtype=np.float32, shape=(n,), align=align)
-    expect_same_device(a, b, c)
-    return n
-
-
-def launch_v0(a, b, c, *, threads: int = THREADS):
-    """c = a + b with one thread per element."""
-    n = _vector_args(a, b, c, align=4)
-    threads = _check_threads(threads)
-    if n == 0:
-        return c
-    fn = SOURCE.function("vector_add_v0_one_per_thread")
-    fn((grid_one_per_thread(n, threads),), (threads,), (a, b, c, np.int64(n)))
-    return c
-
-
-def launch_v1(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREADS):
-    """c = a + b, grid-stride loop over a grid of blocks_per_sm x SMs (default: one full wave)."""
-    n = _vector_args(a, b, c, align=4)
-    threads = _check_threads(threads)
-    if n == 0:
-        return c
-    name = "vector_add_v1_grid_stride"
-    bps = blocks_per_sm or resident_blocks_per_sm(name, threads)
-    SOURCE.function(name)((grid_stride_blocks(n, _sms(), bps, threads),), (threads,),
-                          (a, b, c, np.int64(n)))
-    return c
-
-
-def launch_v2(a, b, c, *, blocks_per_sm: int | None = None, threads: int = THREADS):
-    """c = a + b with float4 loads/stores in a grid-stride loop, scalar tail; needs 16-byte alignment."""
-    n = _vector_args(a, b, c, align=16)
-    threads = _check_threads(threads)
-    if n == 0:
-        return c
-    name = "vector_add_v2_float4"
-    bps = blocks_per_sm or resident_blocks_per_sm(name, threads)
-    # at least one block even when n < 4: its threads 0..2 write the scalar tail
-    SOURCE.function(name)((grid_stride_blocks(max(n // 4, 1), _sms(), bps, threads),), (threads,),
-                          (a, b, c, np.int64(n)))
-    return c
-
+# --- vector add: one problem, four versions ---------------------------------------------------------
 
 V3_PER_THREAD = 2     # float4 per thread per input in v3 (the .cu's V3_PER_THREAD)
+
+# threads per block, and the grid of the grid-stride versions: None = one full wave of resident blocks
+VectorAddConfig = config_type("VectorAddConfig", "threads blocks")
+DEFAULT_CONFIG = VectorAddConfig(threads=THREADS, blocks=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorAddProblem:
+    a: object
+    b: object
+    c: object
+    n: int
+
+    @property
+    def out(self):
+        return self.c
+
+    def args(self):
+        return (self.a, self.b, self.c, np.int64(self.n))
+
+
+def vector_add_problem(a, b, c) -> VectorAddProblem:
+    """c = a + b: three 1-D float32 device arrays of one length n >= 1."""
+    expect_array(a, "a", dtype=np.float32, ndim=1, align=4)
+    n = int(a.shape[0])
+    expect_array(b, "b", dtype=np.float32, shape=(n,), align=4)
+    expect_array(c, "c", dtype=np.float32, shape=(n,), align=4)
+    expect_same_device(a, b, c)
+    if n < 1:
+        raise ValueError("a: expected at least one element, got an empty array")
+    return VectorAddProblem(a, b, c, n)
+
+
+def expect_16_byte_aligned(p: VectorAddProblem) -> None:
+    """The float4 versions read and write 16 bytes at a time."""
+    for name in ("a", "b", "c"):
+        expect_array(getattr(p, name), name, dtype=np.float32, ndim=1, align=16)
 
 
 def grid_tiles(n: int, threads: int = THREADS, per_thread: int = V3_PER_THREAD) -> int:
@@ -226,29 +184,57 @@ def grid_tiles(n: int, threads: int = THREADS, per_thread: int = V3_PER_THREAD) 
     return max(1, math.ceil((int(n) // 4) / (threads * per_thread)))
 
 
-def launch_v3(a, b, c, *, threads: int = THREADS):
-    """c = a + b, one tile of threads x 2 float4 per block (PyTorch's structure); 16-byte alignment."""
-    n = _vector_args(a, b, c, align=16)
-    threads = _check_threads(threads)
-    if n == 0:
-        return c
-    grid = grid_tiles(n, threads)
+def plan_v0(p: VectorAddProblem, cfg) -> list[Launch]:
+    threads = check_threads(cfg.threads)
+    return [Launch("vector_add_v0_one_per_thread", (grid_one_per_thread(p.n, threads), 1, 1), (threads, 1, 1),
+                   p.args())]
+
+
+def grid_stride_launch(kernel: str, items: int, p: VectorAddProblem, cfg) -> Launch:
+    """A grid-stride launch over ``items`` work items: one full wave (persistent) or ``cfg.blocks``."""
+    threads = check_threads(cfg.threads)
+    if cfg.blocks is None:   # as many blocks as items need, lowered by the driver to one wave
+        return Launch(kernel, (math.ceil(items / threads), 1, 1), (threads, 1, 1), p.args(), persistent=True)
+    return Launch(kernel, (grid_stride_blocks(items, cfg.blocks, threads), 1, 1), (threads, 1, 1), p.args())
+
+
+def plan_v1(p: VectorAddProblem, cfg) -> list[Launch]:
+    return [grid_stride_launch("vector_add_v1_grid_stride", p.n, p, cfg)]
+
+
+def plan_v2(p: VectorAddProblem, cfg) -> list[Launch]:
+    expect_16_byte_aligned(p)
+    # at least one item even when n < 4: threads 0..2 of the first block write the scalar tail
+    return [grid_stride_launch("vector_add_v2_float4", max(p.n // 4, 1), p, cfg)]
+
+
+def plan_v3(p: VectorAddProblem, cfg) -> list[Launch]:
+    expect_16_byte_aligned(p)
+    threads = check_threads(cfg.threads)
+    grid = grid_tiles(p.n, threads)
     if grid >= 2**31:
-        raise ValueError(f"n = {n} needs {grid} blocks, more than a grid holds; use v1 or v2")
-    SOURCE.function("vector_add_v3_float4_tile")((grid,), (threads,), (a, b, c, np.int64(n)))
-    return c
+        raise ValueError(f"n = {p.n} needs {grid} blocks, more than a grid holds; use v1 or v2")
+    return [Launch("vector_add_v3_float4_tile", (grid, 1, 1), (threads, 1, 1), p.args())]
 
 
-VERSIONS = registry(
-    Version("vector_add_v0_one_per_thread", "v0_one_per_thread", launch_v0,
-            "one thread per element; the grid grows with n"),
-    Version("vector_add_v1_grid_stride", "v1_grid_stride", launch_v1,
-            "a fixed grid (one full wave of resident blocks) walks the array with a grid-stride loop"),
-    Version("vector_add_v2_float4", "v2_float4", launch_v2,
-            "16-byte float4 loads and stores in the grid-stride loop; scalar tail for n % 4"),
-    Version("vector_add_v3_float4_tile", "v3_float4_tile", launch_v3,
-            "no grid-stride: each block a tile of 2 float4 per thread and input, all loads before stores"),
-)
+def vector_add_version(name, summary, plan, parent=None, snippet=None) -> Version:
+    return Version(name, summary, SOURCE, plan, parent=parent, snippet=snippet,
+                   default=lambda p: DEFAULT_CONFIG)
+
+
+VECTOR_ADD = Registry("vector_add", vector_add_problem, [
+    vector_add_version("vector_add_v0_one_per_thread", "one thread per element; the grid grows with n",
+                       plan_v0, snippet="vector_add_v0"),
+    vector_add_version("vector_add_v1_grid_stride",
+                       "a fixed grid (one full wave of resident blocks) walks the array with a grid-stride loop",
+                       plan_v1, parent="v0_one_per_thread", snippet="vector_add_v1"),
+    vector_add_version("vector_add_v2_float4",
+                       "16-byte float4 loads and stores in the grid-stride loop; scalar tail for n % 4",
+                       plan_v2, parent="v1_grid_stride", snippet="vector_add_v2"),
+    vector_add_version("vector_add_v3_float4_tile",
+                       "no grid-stride: each block a tile of 2 float4 per thread and input, all loads before stores",
+                       plan_v3, parent="v2_float4", snippet="vector_add_v3"),
+])
 
 
 # --- branch divergence -------------------------------------------------------------------------------
@@ -264,7 +250,7 @@ def launch_branch(by: str, x, y, *, paths: int, iters: int, c: float = 1.0, thre
         raise ValueError(f"paths must be within 1..32, got {paths}")
     if int(iters) < 0:
         raise ValueError(f"iters must be non-negative, got {iters}")
-    threads = _check_threads(threads)
+    threads = check_threads(threads)
     expect_array(x, "x", dtype=np.float32, ndim=1, align=4)
     n = x.shape[0]
     expect_array(y, "y", dtype=np.float32, shape=(n,), align=4)
@@ -327,7 +313,7 @@ def launch_read_sum(x4, out, smid, *, ilp: int, threads: int, blocks: int):
     out: [blocks * threads] fp32, one partial sum per thread. smid: [blocks] int32, the SM of each block.
     """
     name = read_kernel(ilp)
-    threads = _check_threads(threads, READ_MAX_THREADS)
+    threads = check_threads(threads, READ_MAX_THREADS)
     if int(blocks) < 1:
         raise ValueError(f"blocks must be at least 1, got {blocks}")
     expect_array(x4, "x4", dtype=np.float32, ndim=2, shape=(None, 4), align=16)

@@ -70,18 +70,24 @@ __device__ __forceinline__ void transpose_tile32(const float* __restrict__ in, f
     }
 }
 
+// [[snippet: transpose_v2]]
 extern "C" __global__ void transpose_v2_smem(const float* __restrict__ in, float* __restrict__ out,
                                              int rows, int cols) {
     transpose_tile32<32, false>(in, out, rows, cols);
 }
+// [[/snippet]]
+// [[snippet: transpose_v3]]
 extern "C" __global__ void transpose_v3_smem_padded(const float* __restrict__ in, float* __restrict__ out,
                                                     int rows, int cols) {
     transpose_tile32<33, false>(in, out, rows, cols);
 }
+// [[/snippet]]
+// [[snippet: transpose_v4]]
 extern "C" __global__ void transpose_v4_smem_swizzled(const float* __restrict__ in, float* __restrict__ out,
                                                       int rows, int cols) {
     transpose_tile32<32, true>(in, out, rows, cols);
 }
+// [[/snippet]]
 // [[/snippet]]
 
 // [[snippet: transpose_vec4]]

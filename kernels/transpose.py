@@ -5,10 +5,14 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from utils.arrays import ceil_div
 from utils.build import KernelSource
-from utils.ops import Version, expect_array, expect_same_device, registry
+from utils.ops import expect_array, expect_same_device
+from utils.version import Launch, Registry, Unsupported, Version
 
 SOURCE = KernelSource("transpose.cu")
 
@@ -26,10 +30,6 @@ def reference(x):
 def nbytes(rows: int, cols: int, itemsize: int = 4) -> int:
     """Minimum bytes moved: every element read once and written once."""
     return 2 * itemsize * rows * cols
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # --- launch geometry of each version: (grid, block) for a rows x cols input ------------------------
@@ -53,7 +53,16 @@ def geometry(kernel: str, rows: int, cols: int) -> tuple[tuple[int, int, int], t
     return grid, (32, 8, 1)
 
 
-def _validate(x, out, kernel: str):
+@dataclasses.dataclass(frozen=True)
+class TransposeProblem:
+    x: object
+    out: object
+    rows: int
+    cols: int
+
+
+def problem(x, out) -> TransposeProblem:
+    """out (cols x rows) = x (rows x cols) transposed: C-contiguous float32 device arrays."""
     expect_array(x, "x", dtype=np.float32, ndim=2)
     rows, cols = (int(s) for s in x.shape)
     if rows < 1 or cols < 1:
@@ -62,43 +71,43 @@ def _validate(x, out, kernel: str):
         raise ValueError(f"x: rows and cols must each be below 2**31 (int32 kernel arguments), got {(rows, cols)}")
     expect_array(out, "out", dtype=np.float32, ndim=2, shape=(cols, rows))
     expect_same_device(x, out)
-    grid, block = geometry(kernel, rows, cols)
-    if grid[1] > MAX_GRID_Y:
-        raise ValueError(f"x: shape {(rows, cols)} needs {grid[1]} blocks along grid y for {kernel}, "
-                         f"more than the limit {MAX_GRID_Y}")
-    return rows, cols, grid, block
+    return TransposeProblem(x, out, rows, cols)
 
 
-def _launcher(kernel: str):
-    def launch(x, out):
-        rows, cols, grid, block = _validate(x, out, kernel)
-        SOURCE.function(kernel)(grid, block, (x, out, np.int32(rows), np.int32(cols)))
-        return out
-    launch.__name__ = f"launch_{kernel}"
-    launch.__doc__ = f"Launch {kernel}: out (cols x rows) = x (rows x cols) transposed, fp32."
-    return launch
+def planner(kernel: str):
+    """The plan of one version: its geometry, checked against the grid's y limit."""
+    def plan(p: TransposeProblem, config=None) -> list[Launch]:
+        grid, block = geometry(kernel, p.rows, p.cols)
+        if grid[1] > MAX_GRID_Y:
+            raise Unsupported(f"x: shape {(p.rows, p.cols)} needs {grid[1]} blocks along grid y for {kernel}, "
+                              f"more than the limit {MAX_GRID_Y}")
+        return [Launch(kernel, grid, block, (p.x, p.out, np.int32(p.rows), np.int32(p.cols)))]
+    return plan
 
 
-VERSIONS = registry(
-    Version("transpose_v0_naive", "v0_naive", _launcher("transpose_v0_naive"),
-            "one element per thread; coalesced reads, writes 32 rows apart"),
-    Version("transpose_v1_naive_colread", "v1_naive_colread", _launcher("transpose_v1_naive_colread"),
-            "the other way round: strided reads (cached in L1), coalesced writes"),
-    Version("transpose_v2_smem", "v2_smem", _launcher("transpose_v2_smem"),
-            "32x32 tile in shared memory, 4 elements per thread; column reads of the tile conflict 32-way"),
-    Version("transpose_v3_smem_padded", "v3_smem_padded", _launcher("transpose_v3_smem_padded"),
-            "tile padded to [32][33]: conflict-free"),
-    Version("transpose_v4_smem_swizzled", "v4_smem_swizzled", _launcher("transpose_v4_smem_swizzled"),
-            "unpadded tile, column XOR row: conflict-free without padding"),
-    Version("transpose_v5_vec4", "v5_vec4", _launcher("transpose_v5_vec4"),
-            "32x128 tile, float4 loads and stores, 4x4 micro-tiles transposed in registers, swizzled 16-byte chunks"),
-    Version("transpose_v6_vec4_stream", "v6_vec4_stream", _launcher("transpose_v6_vec4_stream"),
-            "v5 with streaming cache hints (__ldcs / __stcs)"),
-    Version("transpose_v7_vec4_colmajor", "v7_vec4_colmajor", _launcher("transpose_v7_vec4_colmajor"),
-            "v5 with the block order turned: consecutive blocks walk down the rows of x"),
-    Version("transpose_v8_vec4_tile64", "v8_vec4_tile64", _launcher("transpose_v8_vec4_tile64"),
-            "v7 with 64x128 tiles: 32 elements per thread, 256-byte runs per row of out"),
-)
+def version(name: str, summary: str, parent: str | None = None) -> Version:
+    number = name.split("_v", 1)[1].split("_", 1)[0]
+    return Version(name, summary, SOURCE, planner(name), parent=parent, snippet=f"transpose_v{number}")
+
+
+VERSIONS = Registry("transpose", problem, [
+    version("transpose_v0_naive", "one element per thread; coalesced reads, writes 32 rows apart"),
+    version("transpose_v1_naive_colread", "the other way round: strided reads (cached in L1), coalesced writes",
+            "v0_naive"),
+    version("transpose_v2_smem",
+            "32x32 tile in shared memory, 4 elements per thread; column reads of the tile conflict 32-way",
+            "v0_naive"),
+    version("transpose_v3_smem_padded", "tile padded to [32][33]: conflict-free", "v2_smem"),
+    version("transpose_v4_smem_swizzled", "unpadded tile, column XOR row: conflict-free without padding",
+            "v2_smem"),
+    version("transpose_v5_vec4", "32x128 tile, float4 loads and stores, 4x4 micro-tiles transposed in "
+            "registers, swizzled 16-byte chunks", "v4_smem_swizzled"),
+    version("transpose_v6_vec4_stream", "v5 with streaming cache hints (__ldcs / __stcs)", "v5_vec4"),
+    version("transpose_v7_vec4_colmajor", "v5 with the block order turned: consecutive blocks walk down the rows of x",
+            "v5_vec4"),
+    version("transpose_v8_vec4_tile64", "v7 with 64x128 tiles: 32 elements per thread, 256-byte runs per row of out",
+            "v7_vec4_colmajor"),
+])
 
 BEST = "v8_vec4_tile64"   # the chapter finds the fastest version from its own run
 
@@ -108,4 +117,4 @@ def transpose(x, version: str = BEST):
     import cupy
     expect_array(x, "x", dtype=np.float32, ndim=2)
     out = cupy.empty((x.shape[1], x.shape[0]), dtype=x.dtype)
-    return VERSIONS[version].launch(x, out)
+    return VERSIONS[version](x, out)

@@ -4,17 +4,8 @@ import numpy as np
 import pytest
 
 from kernels import ceilings as C
+from tests.fakes import FakeDeviceArray
 from utils.check import CheckFailed
-
-
-class FakeDeviceArray:
-    """Just enough of a device array for launcher validation, without a GPU."""
-
-    def __init__(self, shape, dtype, ptr=0x10000):
-        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
-        self.size = int(np.prod(shape)) if shape else 1
-        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.dtype.str,
-                                         "data": (ptr, False), "strides": None, "version": 3}
 
 
 def test_cost_models():
@@ -76,14 +67,14 @@ def emulate_read(x, grid, repeats):
 
 @pytest.mark.parametrize("n,grid,repeats", [(1, 1, 1), (3, 2, 2), (5, 1, 1), (37, 3, 1), (1000, 2, 1),
                                             (4 * 256 * 3 + 2, 2, 3), (4099, 1, 5), (6 * 512 + 1, 4, 2)])
-def test_read_reference_matches_the_kernels_index_arithmetic(n, grid, repeats, rng):
-    x = rng.standard_normal(n).astype(np.float32)
+def test_read_reference_matches_the_kernels_index_arithmetic(n, grid, repeats):
+    x = np.random.default_rng(n * 31 + grid).standard_normal(n).astype(np.float32)
     np.testing.assert_allclose(C.read_reference(x, grid, repeats), emulate_read(x, grid, repeats), rtol=1e-12,
                                atol=1e-9)
 
 
-def test_check_read_total(rng):
-    x = rng.standard_normal(1001).astype(np.float32)
+def test_check_read_total():
+    x = np.random.default_rng(1001).standard_normal(1001).astype(np.float32)
     partial = C.read_reference(x, 3, repeats=4).astype(np.float32)
     assert C.check_read_total(partial, x, repeats=4) < 1e-6
     with pytest.raises(CheckFailed, match="expected"):
@@ -93,8 +84,8 @@ def test_check_read_total(rng):
         C.check_read_total(partial, x, repeats=4)
 
 
-def test_smem_reference_is_exact(rng):
-    seed = C.smem_seed(xp=np, rng=rng)
+def test_smem_reference_is_exact():
+    seed = C.smem_seed(xp=np, rng=np.random.default_rng(11))
     assert seed.dtype == np.float32 and seed.shape == (C.SMEM_TILE, 4) and seed.min() >= 1
     iters = 5
     ref = C.smem_reference(seed, blocks=2, iters=iters)
@@ -109,8 +100,8 @@ def test_smem_reference_is_exact(rng):
     assert C.smem_exact_limit(1024) and not C.smem_exact_limit(1 << 20)
 
 
-def test_fma_exact_config_is_exact_in_float32(rng):
-    x = C.fma_exact_inputs((C.FMA_CHAINS, 64), xp=np, rng=rng)
+def test_fma_exact_config_is_exact_in_float32():
+    x = C.fma_exact_inputs((C.FMA_CHAINS, 64), xp=np, rng=np.random.default_rng(12))
     m, c = np.float32(C.FMA_EXACT["m"]), np.float32(C.FMA_EXACT["c"])
     steps = C.fma_steps(1024)
     a = x.copy()
@@ -121,9 +112,9 @@ def test_fma_exact_config_is_exact_in_float32(rng):
     assert float(ref.max()) < 64
 
 
-def test_fma_busy_config_stays_within_its_tolerance(rng):
+def test_fma_busy_config_stays_within_its_tolerance():
     """Emulate the float32 recurrence (one rounding per step) and compare with the closed form."""
-    x = rng.uniform(1, 2, size=512).astype(np.float32)
+    x = np.random.default_rng(13).uniform(1, 2, size=512).astype(np.float32)
     m, c = np.float32(C.FMA_BUSY["m"]), np.float32(C.FMA_BUSY["c"])
     assert float(m) == C.FMA_BUSY["m"]           # exactly representable
     steps = C.fma_steps(1024)
@@ -151,10 +142,9 @@ F32, U64 = np.float32, np.uint64
     (FakeDeviceArray((2, 4), F32), FakeDeviceArray((8,), F32), "expected 1 dimensions"),
     (FakeDeviceArray((0,), F32), FakeDeviceArray((0,), F32), "at least one element"),
 ])
-@pytest.mark.parametrize("launch", [C.copy_v1, C.copy_v2])
-def test_copy_rejects(launch, src, dst, msg):
+def test_copy_problem_rejects(src, dst, msg):
     with pytest.raises(ValueError, match=msg):
-        launch(src, dst)
+        C.COPY.problem(src, dst)
 
 
 @pytest.mark.parametrize("src,partial,repeats,msg", [
@@ -197,7 +187,19 @@ def test_fma_v1_rejects():
         C.fma_v1(x, x, clk, 1.0, 1.0, -1)
 
 
-def test_registry_lists_every_kernel():
-    src = open(C.SOURCE.path).read()
-    for v in C.VERSIONS.values():
-        assert 'extern "C" __global__' in src and v.kernel + "(" in src
+@pytest.mark.parametrize("label", list(C.COPY))
+def test_copy_plans(label):
+    v = C.COPY[label]
+    p = C.COPY.problem(FakeDeviceArray((4 * 256 * 5 + 3,), F32), FakeDeviceArray((4 * 256 * 5 + 3,), F32, ptr=0x20000))
+    (ln,) = v.launches(p)
+    assert ln.kernel == v.name and ln.block == (C.COPY_THREADS, 1, 1) and ln.grid == (5, 1, 1)
+    assert ln.persistent == (label == "v1_vec4")      # v1: one wave, lowered by the driver
+
+
+def test_kernel_lists_match_the_source_and_the_build():
+    """KERNELS names exactly the extern "C" kernels of ceilings.cu, and ptxas reports each of them."""
+    import re
+    src = C.SOURCE.path.read_text()
+    declared = set(re.findall(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+(\w+)\(', src))
+    assert declared == set(C.KERNELS), declared ^ set(C.KERNELS)
+    assert set(C.SOURCE.ptxas()) == set(C.KERNELS)

@@ -5,16 +5,8 @@ import pytest
 from kernels import cluster as cl
 from kernels import launch as ln
 from kernels import progmodel as pm
+from tests.fakes import FakeDeviceArray
 from utils.check import CheckFailed
-
-
-class FakeDeviceArray:
-    """Just enough of a device array for launcher validation, without a GPU."""
-
-    def __init__(self, shape, dtype, ptr=0x10000):
-        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
-        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.dtype.str,
-                                         "data": (ptr, False), "strides": None, "version": 3}
 
 
 # --- whoami -------------------------------------------------------------------------------------------
@@ -91,8 +83,8 @@ def test_split_waves():
 # --- block sum and filter --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n,blocks,threads", [(1, 1, 256), (37, 3, 4), (1000, 5, 8), (4099, 2, 32)])
-def test_block_sum_ref_matches_a_direct_walk(n, blocks, threads, rng):
-    x = rng.integers(-4, 5, size=n).astype(np.float32)
+def test_block_sum_ref_matches_a_direct_walk(n, blocks, threads):
+    x = pm.integer_valued(n, seed=n + blocks, xp=np)
     want = np.zeros(blocks)
     n4 = n // 4
     T = blocks * threads
@@ -104,20 +96,33 @@ def test_block_sum_ref_matches_a_direct_walk(n, blocks, threads, rng):
     assert np.array_equal(pm.block_sum_ref(x, blocks, threads), want)
 
 
-def test_block_sum_and_filter_launchers_check_arguments():
+def test_block_sum_and_filter_problems_check_arguments():
     x = FakeDeviceArray((1024,), np.float32)
     with pytest.raises(ValueError, match="16-byte aligned"):
-        pm.BLOCK_SUM["v0_shfl"].launch(FakeDeviceArray((1024,), np.float32, ptr=0x10004),
-                                       FakeDeviceArray((8,), np.float32))
+        pm.BLOCK_SUM.problem(FakeDeviceArray((1024,), np.float32, ptr=0x10004), FakeDeviceArray((8,), np.float32))
     with pytest.raises(ValueError, match="dtype float32"):
-        pm.BLOCK_SUM["v1_cg"].launch(x, FakeDeviceArray((8,), np.float64))
+        pm.BLOCK_SUM.problem(x, FakeDeviceArray((8,), np.float64))
     with pytest.raises(ValueError, match="dtype uint32"):
-        pm.FILTER["v1_coalesced"].launch(x, 0.0, FakeDeviceArray((1024,), np.float32),
-                                         FakeDeviceArray((1,), np.int32), blocks=4)
+        pm.FILTER.problem(x, 0.0, FakeDeviceArray((1024,), np.float32), FakeDeviceArray((1,), np.int32))
     with pytest.raises(ValueError, match=r"shape \(1024\)"):
-        pm.FILTER["v2_block"].launch(x, 0.0, FakeDeviceArray((1000,), np.float32),
-                                     FakeDeviceArray((1,), np.uint32), blocks=4)
+        pm.FILTER.problem(x, 0.0, FakeDeviceArray((1000,), np.float32), FakeDeviceArray((1,), np.uint32))
     assert pm.block_sum_nbytes(100, 3) == 412 and pm.filter_nbytes(100, 10) == 440
+
+
+@pytest.mark.parametrize("label", list(pm.BLOCK_SUM))
+def test_block_sum_plans_one_block_per_partial(label):
+    v = pm.BLOCK_SUM[label]
+    (ln,) = v.launches(pm.BLOCK_SUM.problem(FakeDeviceArray((1001,), np.float32), FakeDeviceArray((7,), np.float32)))
+    assert (ln.kernel, ln.grid, ln.block, int(ln.args[1])) == (v.name, (7, 1, 1), (pm.SUM_THREADS, 1, 1), 1001)
+
+
+@pytest.mark.parametrize("label", list(pm.FILTER))
+def test_filter_plans_a_persistent_grid_stride_launch(label):
+    v = pm.FILTER[label]
+    p = pm.FILTER.problem(FakeDeviceArray((1001,), np.float32), 0.5, FakeDeviceArray((1001,), np.float32),
+                          FakeDeviceArray((1,), np.uint32))
+    (ln,) = v.launches(p)
+    assert ln.kernel == v.name and ln.persistent and ln.grid == (4, 1, 1) and float(ln.args[2]) == 0.5
 
 
 # --- clusters --------------------------------------------------------------------------------------------
@@ -160,24 +165,40 @@ def test_cluster_cost_model_and_checks():
         cl.global_bytes("v9", G, N)
 
 
-def test_cluster_launchers_check_arguments():
-    good = cl.Buffers(16, 4, FakeDeviceArray((16, cl.TILE), np.uint32), FakeDeviceArray((4, cl.TILE), np.uint32),
-                      FakeDeviceArray((4,), np.uint32))
-    bad_out = cl.Buffers(16, 4, good.work, FakeDeviceArray((4, cl.TILE), np.int32), good.arrivals)
+def cluster_buffers(blocks=16, group=4, **change):
+    parts = dict(work=FakeDeviceArray((blocks, cl.TILE), np.uint32),
+                 out=FakeDeviceArray((blocks // group, cl.TILE), np.uint32, ptr=0x20000),
+                 arrivals=FakeDeviceArray((blocks // group,), np.uint32, ptr=0x30000))
+    parts.update(change)
+    return cl.Buffers(blocks, group, **parts)
+
+
+def test_cluster_problem_checks_arguments():
     with pytest.raises(ValueError, match="dtype uint32"):
-        cl.launch_v3(bad_out, 1)
-    bad_work = cl.Buffers(16, 4, FakeDeviceArray((8, cl.TILE), np.uint32), good.out, good.arrivals)
-    with pytest.raises(ValueError, match="work"):
-        cl.launch_v0(bad_work, 1)
-    bad_arr = cl.Buffers(16, 4, good.work, good.out, FakeDeviceArray((3,), np.uint32))
-    with pytest.raises(ValueError, match="arrivals"):
-        cl.launch_v1(bad_arr, 1)
-    sixteen = cl.Buffers(32, 16, FakeDeviceArray((32, cl.TILE), np.uint32), FakeDeviceArray((2, cl.TILE), np.uint32),
-                         FakeDeviceArray((2,), np.uint32))
+        cl.VERSIONS.problem(cluster_buffers(out=FakeDeviceArray((4, cl.TILE), np.int32)), 1)
     with pytest.raises(ValueError, match="one of"):
-        cl.launch_v2(sixteen, 1)
+        cl.VERSIONS.problem(cluster_buffers(32, 16), 1)
     with pytest.raises(ValueError, match="multiple of 4"):
         cl.launch_cluster_whoami(6)
+
+
+@pytest.mark.parametrize("label", list(cl.VERSIONS))
+def test_cluster_plans(label):
+    v = cl.VERSIONS[label]
+    assert v.requires == ("clusters",)
+    launches = v.launches(cl.VERSIONS.problem(cluster_buffers(), 7))
+    assert [ln.grid for ln in launches] == [(16, 1, 1)] * len(launches)
+    assert launches[-1].kernel.endswith("_c4") and launches[-1].cluster == (4 if "cluster" in label else 1)
+    assert len(launches) == (2 if label == "v0_global_2launch" else 1)
+    bad_work = cl.VERSIONS.problem(cluster_buffers(work=FakeDeviceArray((8, cl.TILE), np.uint32)), 1)
+    if label == "v3_cluster_dsmem":          # v3 keeps its tiles in shared memory: no workspace
+        assert v.launches(bad_work)
+    else:
+        with pytest.raises(ValueError, match="work"):
+            v.launches(bad_work)
+    if label == "v1_global_lastblock":
+        with pytest.raises(ValueError, match="arrivals"):
+            v.launches(cl.VERSIONS.problem(cluster_buffers(arrivals=FakeDeviceArray((3,), np.uint32)), 1))
 
 
 def test_check_cluster_whoami():

@@ -1,18 +1,13 @@
-"""Chapter 1 host side on a CPU: references, cost models, grids, occupancy, launcher validation."""
+"""Chapter 1 host side on a CPU: references, cost models, grids, plans, validation."""
 
 import numpy as np
 import pytest
 
 from kernels import simt
+from tests.fakes import FakeDeviceArray
+from utils.occupancy import from_function
 
-
-class FakeDeviceArray:
-    """Just enough of a device array for launcher validation, without a GPU."""
-
-    def __init__(self, shape, dtype, ptr=0x10000):
-        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
-        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.dtype.str,
-                                         "data": (ptr, False), "strides": None, "version": 3}
+SEED = 20261201
 
 
 def f32(*shape, ptr=0x10000):
@@ -24,8 +19,6 @@ def f32(*shape, ptr=0x10000):
 def test_cost_models():
     assert simt.vector_add_nbytes(2**28) == 12 * 2**28
     assert simt.vector_add_nbytes(10, itemsize=2) == 60
-    src = simt.SOURCE.path.read_text()
-    assert f"#define V3_PER_THREAD {simt.V3_PER_THREAD} " in src
     assert simt.vector_add_flops(7) == 7
     assert simt.branch_flops(100, 512) == 100 * 512 * 4 * 2
     assert simt.read_sum_nbytes(1000, 64) == 16_000 + 256
@@ -57,17 +50,31 @@ def simulate_branch(x, paths, iters, by_lane, threads=256):
 
 @pytest.mark.parametrize("by_lane", [True, False])
 @pytest.mark.parametrize("paths", [1, 3, 32])
-def test_branch_ref_matches_the_kernel_arithmetic(rng, by_lane, paths):
-    x = rng.integers(-1000, 1001, size=300).astype(np.float32)
+def test_branch_ref_matches_the_kernel_arithmetic(by_lane, paths):
+    x = simt.integer_valued(300, seed=SEED, xp=np)
     got = simulate_branch(x, paths, 5, by_lane)
     ref = simt.branch_ref(x, paths, 5, by_lane)
-    np.testing.assert_array_equal(got.astype(np.float64), ref)
+    np.testing.assert_array_equal(got.astype(np.float64), ref, err_msg=f"seed {SEED}")
 
 
-def test_branch_values_stay_exact_in_fp32():
-    # the largest chain value in the chapter's run: |x| <= 1000, d <= 32, iters = 512
-    biggest = 1000 + 3 + 512 * 32
-    assert 4 * biggest < 2**24
+def emulate_branch_fp32(x, d, iters):
+    """The kernel's four chains for one path constant d, all elements at once, rounded to fp32 per step."""
+    one, d = np.float32(1.0), np.float32(d)
+    v = [x + np.float32(q) for q in range(4)]
+    for _ in range(iters):
+        v = [(vq * one + d).astype(np.float32) for vq in v]
+    return ((v[0] + v[1]) + (v[2] + v[3])).astype(np.float32)
+
+
+def test_branch_experiment_stays_exact_in_fp32():
+    """The chapter's parameters (BRANCH_ITERS, BRANCH_X_MAX, 32 paths) keep every value an exact fp32
+    integer: the fp32 emulation of the extreme inputs equals the float64 reference bit for bit."""
+    assert simt.branch_largest_value() < 2**24, simt.branch_largest_value()
+    x = np.array([-simt.BRANCH_X_MAX, -1, 0, simt.BRANCH_X_MAX], np.float32)
+    for p in (0, simt.WARP - 1):                      # the smallest and the largest path constant
+        got = emulate_branch_fp32(x, p + 1, simt.BRANCH_ITERS)
+        want = 4.0 * x.astype(np.float64) + 6.0 + 4.0 * simt.BRANCH_ITERS * (p + 1)
+        np.testing.assert_array_equal(got.astype(np.float64), want, err_msg=f"path {p}")
 
 
 def simulate_read_sum(x4, T, ilp):
@@ -92,11 +99,13 @@ def simulate_read_sum(x4, T, ilp):
 
 
 @pytest.mark.parametrize("n4,T,ilp", [(1, 64, 1), (37, 64, 2), (1003, 64, 4), (1003, 128, 8), (5000, 96, 8)])
-def test_read_sum_ref_matches_the_index_walk(rng, n4, T, ilp):
-    x4 = rng.standard_normal((n4, 4))
+def test_read_sum_ref_matches_the_index_walk(n4, T, ilp):
+    seed = SEED + n4 + T + ilp
+    x4 = np.random.default_rng(seed).standard_normal((n4, 4))
     out, seen = simulate_read_sum(x4, T, ilp)
     assert (seen == 1).all(), "every float4 is read exactly once"
-    np.testing.assert_allclose(simt.read_sum_ref(x4.sum(axis=1), T), out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(simt.read_sum_ref(x4.sum(axis=1), T), out, rtol=1e-12, atol=1e-12,
+                               err_msg=f"seed {seed}")
 
 
 def test_expected_masks():
@@ -107,28 +116,70 @@ def test_expected_masks():
     assert int(simt.expected_masks(4)[3]) == 0x88888888
 
 
-# --- grids and occupancy ---------------------------------------------------------------------------------
+# --- grids and plans ------------------------------------------------------------------------------------
 
 def test_grids():
     assert simt.grid_one_per_thread(1) == 1
     assert simt.grid_one_per_thread(2**28) == 2**20
     assert simt.grid_one_per_thread(257) == 2
-    assert simt.grid_stride_blocks(2**28, 132, 8) == 1056
-    assert simt.grid_stride_blocks(37, 132, 8) == 1       # never more blocks than work
-    assert simt.grid_stride_blocks(0, 132, 8) == 1
-    with pytest.raises(ValueError, match="blocks_per_sm"):
-        simt.grid_stride_blocks(100, 132, 0)
+    assert simt.grid_stride_blocks(2**28, 1056) == 1056
+    assert simt.grid_stride_blocks(37, 1056) == 1       # never more blocks than work
+    assert simt.grid_stride_blocks(0, 1056) == 1
+    with pytest.raises(ValueError, match="blocks"):
+        simt.grid_stride_blocks(100, 0)
     assert simt.grid_tiles(1) == 1 and simt.grid_tiles(3) == 1
     assert simt.grid_tiles(2**28) == 2**26 // 512
     assert simt.grid_tiles(4 * 512 + 4) == 2
+    src = simt.SOURCE.path.read_text()
+    assert f"#define V3_PER_THREAD {simt.V3_PER_THREAD} " in src
 
 
-@pytest.mark.parametrize("regs,threads,blocks", [
-    (12, 256, 8), (32, 256, 8), (33, 256, 6), (40, 256, 6), (62, 256, 4), (64, 256, 4),
-    (22, 64, 32), (40, 128, 12), (128, 256, 2), (255, 256, 1),
-])
-def test_occupancy_estimate(regs, threads, blocks):
-    assert simt.occupancy_estimate(regs, threads) == blocks
+def vector_problem(n, ptrs=(0x10000, 0x20000, 0x30000)):
+    return simt.VECTOR_ADD.problem(*(f32(n, ptr=p) for p in ptrs))
+
+
+# (n, grid, persistent) of each version's default plan (256-thread blocks)
+PLANS = {
+    "v0_one_per_thread": [(1, 1, False), (257, 2, False), (2**28, 2**20, False)],
+    "v1_grid_stride": [(1, 1, True), (257, 2, True), (2**28, 2**20, True)],
+    "v2_float4": [(1, 1, True), (4 * 257, 2, True), (2**28, 2**18, True)],
+    "v3_float4_tile": [(1, 1, False), (4 * 512 + 4, 2, False), (2**28, 2**17, False)],
+}
+
+
+@pytest.mark.parametrize("label", list(simt.VECTOR_ADD))
+def test_vector_add_plans(label):
+    v = simt.VECTOR_ADD[label]
+    for n, grid, persistent in PLANS[label]:
+        (ln,) = v.launches(vector_problem(n))
+        assert ln.kernel == v.name and ln.block == (256, 1, 1), (n, ln)
+        assert (ln.grid[0], ln.persistent) == (grid, persistent), (n, ln)
+        assert int(ln.args[-1]) == n
+
+
+@pytest.mark.parametrize("label", ["v1_grid_stride", "v2_float4"])
+def test_grid_stride_versions_take_an_explicit_grid(label):
+    v = simt.VECTOR_ADD[label]
+    (ln,) = v.launches(vector_problem(2**28), simt.VectorAddConfig(threads=128, blocks=264))
+    assert ln.grid == (264, 1, 1) and ln.block == (128, 1, 1) and not ln.persistent
+    (ln,) = v.launches(vector_problem(40), simt.VectorAddConfig(threads=128, blocks=264))
+    assert ln.grid == (1, 1, 1)
+
+
+@pytest.mark.parametrize("label", list(simt.VECTOR_ADD))
+def test_vector_add_versions_reject_bad_threads(label):
+    with pytest.raises(ValueError, match="multiple of 32"):
+        simt.VECTOR_ADD[label].launches(vector_problem(64), simt.VectorAddConfig(threads=100, blocks=None))
+
+
+def test_read_kernels_hold_32_warps_per_sm_and_the_report_covers_every_version():
+    """Every ILP variant has registers for at least 32 warps per SM (the sweep needs them)."""
+    rep = simt.SOURCE.ptxas()
+    for ilp in simt.READ_ILPS:
+        occ = from_function(rep[simt.read_kernel(ilp)], 256)
+        assert occ.warps >= 32, (ilp, occ)
+    for v in simt.VECTOR_ADD.values():
+        assert v.name in rep
 
 
 def test_read_config():
@@ -143,38 +194,33 @@ def test_read_config():
         simt.read_config(12)
 
 
-def test_read_kernels_fit_one_block_per_sm_and_cover_the_sweep():
-    """Every ILP variant has registers for at least 32 warps per SM; ptxas batched its loads."""
-    rep = simt.SOURCE.ptxas()
-    for ilp in simt.READ_ILPS:
-        regs = rep[simt.read_kernel(ilp)]["registers"]
-        assert simt.occupancy_estimate(regs, 256) * 8 >= 32, (ilp, regs)
-    for v in simt.VERSIONS.values():
-        assert v.kernel in rep
-
-
 # --- launcher validation ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("launch", [simt.launch_v0, simt.launch_v1, simt.launch_v2, simt.launch_v3])
-def test_vector_add_launchers_reject_bad_arguments(launch):
+def test_vector_add_problem_rejects_bad_arguments():
+    P = simt.VECTOR_ADD.problem
     with pytest.raises(ValueError, match="expected a CUDA device array"):
-        launch(np.zeros(4, np.float32), f32(4), f32(4))
+        P(np.zeros(4, np.float32), f32(4), f32(4))
     with pytest.raises(ValueError, match="expected dtype float32, got float64"):
-        launch(FakeDeviceArray((4,), np.float64), f32(4), f32(4))
+        P(FakeDeviceArray((4,), np.float64), f32(4), f32(4))
     with pytest.raises(ValueError, match=r"expected shape \(4\)"):
-        launch(f32(4), f32(5), f32(4))
+        P(f32(4), f32(5), f32(4))
     with pytest.raises(ValueError, match="expected 1 dimensions"):
-        launch(f32(2, 2), f32(2, 2), f32(2, 2))
-    with pytest.raises(ValueError, match="multiple of 32"):
-        launch(f32(4), f32(4), f32(4), threads=100)
+        P(f32(2, 2), f32(2, 2), f32(2, 2))
+    with pytest.raises(ValueError, match="at least one element"):
+        P(f32(0), f32(0), f32(0))
 
 
-@pytest.mark.parametrize("launch", [simt.launch_v2, simt.launch_v3])
-def test_vector_versions_need_16_byte_alignment(launch):
-    with pytest.raises(ValueError, match="16-byte aligned"):
-        launch(f32(4, ptr=0x10004), f32(4), f32(4))
-    with pytest.raises(ValueError, match="16-byte aligned"):
-        launch(f32(4), f32(4), f32(4, ptr=0x10008))
+@pytest.mark.parametrize("label", list(simt.VECTOR_ADD))
+def test_vector_versions_alignment(label):
+    """v2 and v3 (float4) need 16-byte aligned arrays; v0 and v1 take 4-byte aligned ones."""
+    v = simt.VECTOR_ADD[label]
+    for ptrs in ((0x10004, 0x20000, 0x30000), (0x10000, 0x20000, 0x30008)):
+        p = vector_problem(4, ptrs)
+        if label in ("v2_float4", "v3_float4_tile"):
+            with pytest.raises(ValueError, match="16-byte aligned"):
+                v.launches(p)
+        else:
+            assert v.launches(p)
 
 
 def test_branch_launcher_rejects_bad_arguments():

@@ -5,7 +5,7 @@ import pytest
 
 from kernels import memory as M
 from kernels import transpose as T
-from tests.test_build_show_ops import FakeDeviceArray
+from tests.fakes import FakeDeviceArray
 
 
 # --- transpose -------------------------------------------------------------------------------------
@@ -15,45 +15,48 @@ def test_cost_model_counts_read_plus_write():
     assert T.nbytes(3, 5, itemsize=2) == 60
 
 
-def test_reference_is_a_contiguous_transpose(rng):
-    x = rng.standard_normal((5, 3)).astype(np.float32)
+def test_reference_is_a_contiguous_transpose():
+    x = np.random.default_rng(5).standard_normal((5, 3)).astype(np.float32)
     r = T.reference(x)
     assert r.flags.c_contiguous and r.shape == (3, 5) and np.array_equal(r, x.T)
 
 
+@pytest.mark.parametrize("label", list(T.VERSIONS))
 @pytest.mark.parametrize("rows,cols", [(1823, 781), (1, 37), (199, 1), (8192, 8192)])
-def test_geometry_covers_every_element(rows, cols):
-    for v in T.VERSIONS.values():
-        (gx, gy, gz), (bx, by, bz) = T.geometry(v.kernel, rows, cols)
-        assert (bx, by, bz) == (32, 8, 1) and gz == 1
-        if v.kernel == "transpose_v0_naive":
-            assert gx * 32 >= cols and gy * 8 >= rows
-        elif v.kernel == "transpose_v1_naive_colread":
-            assert gx * 32 >= rows and gy * 8 >= cols
-        elif v.kernel in ("transpose_v5_vec4", "transpose_v6_vec4_stream"):
-            assert gx * 128 >= cols and gy * 32 >= rows
-        elif v.kernel == "transpose_v7_vec4_colmajor":
-            assert gx * 32 >= rows and gy * 128 >= cols
-        elif v.kernel == "transpose_v8_vec4_tile64":
-            assert gx * 64 >= rows and gy * 128 >= cols
-        else:
-            assert gx * 32 >= cols and gy * 32 >= rows
+def test_plan_covers_every_element(label, rows, cols):
+    v = T.VERSIONS[label]
+    (ln,) = v.launches(T.VERSIONS.problem(FakeDeviceArray((rows, cols), np.float32),
+                                          FakeDeviceArray((cols, rows), np.float32, ptr=0x20000)))
+    (gx, gy, gz), (bx, by, bz) = ln.grid, ln.block
+    assert ln.kernel == v.name and (bx, by, bz) == (32, 8, 1) and gz == 1
+    assert (int(ln.args[2]), int(ln.args[3])) == (rows, cols)
+    if v.name == "transpose_v0_naive":
+        assert gx * 32 >= cols and gy * 8 >= rows
+    elif v.name == "transpose_v1_naive_colread":
+        assert gx * 32 >= rows and gy * 8 >= cols
+    elif v.name in ("transpose_v5_vec4", "transpose_v6_vec4_stream"):
+        assert gx * 128 >= cols and gy * 32 >= rows
+    elif v.name == "transpose_v7_vec4_colmajor":
+        assert gx * 32 >= rows and gy * 128 >= cols
+    elif v.name == "transpose_v8_vec4_tile64":
+        assert gx * 64 >= rows and gy * 128 >= cols
+    else:
+        assert gx * 32 >= cols and gy * 32 >= rows
+    # no block is wasted: one block fewer in x or y would leave elements uncovered
+    tile = {"transpose_v0_naive": (32, 8), "transpose_v1_naive_colread": (32, 8)}.get(v.name)
+    if tile:
+        along_x, along_y = (cols, rows) if v.name == "transpose_v0_naive" else (rows, cols)
+        assert (gx - 1) * tile[0] < along_x and (gy - 1) * tile[1] < along_y
 
 
-def test_versions_are_numbered_in_order_and_named_after_their_kernels():
-    labels = list(T.VERSIONS)
-    assert [int(lbl.split("_")[0][1:]) for lbl in labels] == list(range(len(labels)))
-    for lbl, v in T.VERSIONS.items():
-        assert v.kernel == "transpose_" + lbl
-    assert T.BEST in T.VERSIONS
-
-
-def test_every_version_has_a_snippet():
+def test_versions_are_numbered_in_order_and_have_their_own_snippet():
     from utils.show import snippets
     names = snippets(T.SOURCE.path.read_text())
-    for lbl in T.VERSIONS:
-        n = int(lbl.split("_")[0][1:])
-        assert f"transpose_v{n}" in names or (2 <= n <= 4 and "transpose_tile32" in names)
+    assert [v.number for v in T.VERSIONS.values()] == list(range(len(T.VERSIONS)))
+    for v in T.VERSIONS.values():
+        assert v.snippet in names, v.name
+        assert v.name + "(" in T.SOURCE.path.read_text(), v.name
+    assert T.BEST in T.VERSIONS
 
 
 @pytest.mark.parametrize("x,out,msg", [
@@ -65,99 +68,19 @@ def test_every_version_has_a_snippet():
     (FakeDeviceArray((4, 6), np.float32, strides=(4, 16)), FakeDeviceArray((6, 4), np.float32), "C-contiguous"),
     (FakeDeviceArray((4, 6), np.float32), FakeDeviceArray((6, 4), np.float32, ptr=0x10004), "aligned"),
 ])
-def test_launchers_reject_bad_arguments(x, out, msg):
-    for v in T.VERSIONS.values():
-        with pytest.raises(ValueError, match=msg):
-            v.launch(x, out)
+def test_problem_rejects_bad_arguments(x, out, msg):
+    with pytest.raises(ValueError, match=msg):
+        T.VERSIONS.problem(x, out)
 
 
-def test_grid_y_limit_is_checked():
-    x = FakeDeviceArray((8 * 65536, 1), np.float32)
-    out = FakeDeviceArray((1, 8 * 65536), np.float32)
-    with pytest.raises(ValueError, match="grid y"):
-        T.VERSIONS["v0_naive"].launch(x, out)
-
-
-def _banks_of_16B_phase(chunk_indices):
-    """Each 16-byte access covers 4 banks; 8 lanes per phase are conflict-free iff their chunks
-    fall in 8 distinct positions modulo 8 (8 chunks = 32 banks)."""
-    return len({c % 8 for c in chunk_indices}) == len(chunk_indices)
-
-
-def simulate_vec4(x, tr=32):
-    """The v5-v8 kernels' index arithmetic in NumPy, tile by tile (fast path and edge path alike)."""
-    rows, cols = x.shape
-    h_count, ch = tr // 32, tr // 4
-    out = np.full((cols, rows), np.nan, np.float32)
-    for r0 in range(0, rows, tr):
-        for c0 in range(0, cols, 128):
-            tile = np.full((128 * ch, 4), np.nan, np.float32)  # [128, CH] float4 chunks
-            for w in range(8):
-                for lane in range(32):
-                    for h in range(h_count):
-                        a = np.zeros((4, 4), np.float32)
-                        for i in range(4):
-                            for j in range(4):
-                                r, c = r0 + 32 * h + 4 * w + i, c0 + 4 * lane + j
-                                if r < rows and c < cols:
-                                    a[i, j] = x[r, c]
-                        for j in range(4):
-                            c = 4 * lane + j
-                            tile[c * ch + 8 * h + (w ^ ((c >> 2) & 7))] = a[:, j]
-            for t in range(256):
-                for i in range(128 * ch // 256):
-                    idx = t + 256 * i
-                    c, k = idx // ch, idx % ch
-                    v = tile[c * ch + (k ^ ((c >> 2) & 7))]
-                    if c0 + c < cols:
-                        for j in range(4):
-                            if r0 + 4 * k + j < rows:
-                                out[c0 + c, r0 + 4 * k + j] = v[j]
-    return out
-
-
-@pytest.mark.parametrize("tr", [32, 64])
-@pytest.mark.parametrize("shape", [(37, 131), (64, 256), (5, 3), (100, 20)])
-def test_vec4_index_maps_transpose(shape, tr, rng):
-    x = rng.standard_normal(shape).astype(np.float32)
-    assert np.array_equal(simulate_vec4(x, tr), x.T)
-
-
-@pytest.mark.parametrize("tr", [32, 64])
-def test_vec4_shared_memory_accesses_are_conflict_free(tr):
-    h_count, ch = tr // 32, tr // 4
-    # load side: warp w, lanes 8q..8q+7 store row c = 4 l + j at physical chunk 8h + (w ^ ((c >> 2) & 7))
-    for w in range(8):
-        for h in range(h_count):
-            for j in range(4):
-                for q in range(4):
-                    chunks = [(4 * lane + j) * ch + 8 * h + (w ^ (((4 * lane + j) >> 2) & 7))
-                              for lane in range(8 * q, 8 * q + 8)]
-                    assert _banks_of_16B_phase(chunks)
-    # store side: thread t reads row idx // CH, physical chunk (idx % CH) ^ ((c >> 2) & 7), idx = t + 256 i
-    for i in range(128 * ch // 256):
-        for t0 in range(0, 256, 8):
-            chunks = []
-            for t in range(t0, t0 + 8):
-                idx = t + 256 * i
-                c, k = idx // ch, idx % ch
-                chunks.append(c * ch + (k ^ ((c >> 2) & 7)))
-            assert _banks_of_16B_phase(chunks)
-    # every (row, logical chunk) has its own physical slot
-    slots = {c * ch + (k ^ ((c >> 2) & 7)) for c in range(128) for k in range(ch)}
-    assert len(slots) == 128 * ch
-
-
-@pytest.mark.parametrize("ld,swizzle,ways", [(32, False, 32), (33, False, 1), (32, True, 1)])
-def test_tile32_column_read_conflicts(ld, swizzle, ways):
-    # phase 2 of v2/v3/v4: lane tx reads word tx * LD + col(tx, ty + j)
-    for col in range(32):
-        words = [tx * ld + ((col ^ tx) if swizzle else col) for tx in range(32)]
-        assert M.conflict_ways([wd % 32 for wd in words]) == ways
-    # phase 1 (row writes) is conflict-free in all three layouts
-    for row in range(32):
-        words = [row * ld + ((tx ^ row) if swizzle else tx) for tx in range(32)]
-        assert M.conflict_ways([wd % 32 for wd in words]) == 1
+@pytest.mark.parametrize("label", list(T.VERSIONS))
+def test_grid_y_limit_is_checked(label):
+    rows = 32 * 65536 + 1       # 65537 tiles of 32 rows, more than grid y takes
+    p = T.VERSIONS.problem(FakeDeviceArray((rows, 1), np.float32), FakeDeviceArray((1, rows), np.float32))
+    if label in ("v0_naive", "v2_smem", "v3_smem_padded", "v4_smem_swizzled", "v5_vec4", "v6_vec4_stream"):
+        assert "grid y" in T.VERSIONS[label].why_not(p)
+    else:   # rows run along grid x in v1, v7 and v8
+        assert T.VERSIONS[label].supports(p)
 
 
 # --- memory microbenchmarks ------------------------------------------------------------------------
@@ -202,8 +125,8 @@ def test_smem_bank_model(mode, ways):
     assert all(M.conflict_ways(M.smem_banks(mode, col=c)) == ways for c in range(32))
 
 
-def test_smem_reference_on_cpu(rng):
-    x = rng.integers(-8, 9, size=2 * 1024).astype(np.float32)
+def test_smem_reference_on_cpu():
+    x = np.random.default_rng(129).integers(-8, 9, size=2 * 1024).astype(np.float32)
     ref = M.smem_reference(x, "col", 3, xp=np)
     assert ref.shape == (2 * M.BLOCK,)
     assert ref[0] == 3 * x[:32].sum() and ref[32] == ref[0]          # warp 1, lane 0: row 0 again
@@ -215,9 +138,8 @@ def test_smem_reference_on_cpu(rng):
 @pytest.mark.parametrize("fn,args,msg", [
     (M.strided_copy, (FakeDeviceArray((10,), np.float32), FakeDeviceArray((4,), np.float32), 4), "needs 13"),
     (M.strided_copy, (FakeDeviceArray((10,), np.float32), FakeDeviceArray((4,), np.float32), 0), "stride"),
-    (M.copy_vec, (FakeDeviceArray((6,), np.float32), FakeDeviceArray((6,), np.float32), 4), "multiple of the vector"),
-    (M.copy_vec, (FakeDeviceArray((8,), np.float32), FakeDeviceArray((8,), np.float32), 3), "width"),
-    (M.copy_vec, (FakeDeviceArray((8,), np.float32), FakeDeviceArray((4,), np.float32), 1), r"shape \(8\)"),
+    (M.COPY_WIDTH.problem, (FakeDeviceArray((8,), np.float32), FakeDeviceArray((4,), np.float32)), r"shape \(8\)"),
+    (M.COPY_WIDTH.problem, (FakeDeviceArray((0,), np.float32), FakeDeviceArray((0,), np.float32)), "at least one"),
     (M.smem_read, (FakeDeviceArray((1000,), np.float32), FakeDeviceArray((256,), np.float32), "col", 1), "multiple of 1024"),
     (M.smem_read, (FakeDeviceArray((2048,), np.float32), FakeDeviceArray((256,), np.float32), "col", 1), "512 floats"),
     (M.smem_read, (FakeDeviceArray((1024,), np.float32), FakeDeviceArray((256,), np.float32), "diag", 1), "mode"),
@@ -225,3 +147,17 @@ def test_smem_reference_on_cpu(rng):
 def test_memory_launchers_reject_bad_arguments(fn, args, msg):
     with pytest.raises(ValueError, match=msg):
         fn(*args)
+
+
+@pytest.mark.parametrize("label", list(M.COPY_WIDTH))
+def test_copy_width_plans(label):
+    v = M.COPY_WIDTH[label]
+    width = M.COPY_WIDTHS[label]
+    p = M.COPY_WIDTH.problem(FakeDeviceArray((4 * 1000,), np.float32), FakeDeviceArray((4 * 1000,), np.float32))
+    (ln,) = v.launches(p)
+    assert ln.kernel == v.name and ln.block == (M.BLOCK, 1, 1)
+    assert int(ln.args[2]) == 4000 // width and ln.grid[0] == -(-(4000 // width) // M.BLOCK)
+    odd = M.COPY_WIDTH.problem(FakeDeviceArray((6,), np.float32), FakeDeviceArray((6,), np.float32))
+    assert v.supports(odd) == (6 % width == 0)
+    if width == 4:
+        assert "multiple of the vector width" in v.why_not(odd)

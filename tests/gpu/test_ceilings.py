@@ -8,20 +8,23 @@ from utils.check import assert_close, poisoned
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("launch", [C.copy_v1, C.copy_v2])
+def normal(shape, seed):
+    from utils.arrays import random_normal
+    return random_normal(shape, "float32", seed=seed)[0]
+
+
+@pytest.mark.parametrize("label", list(C.COPY))
 @pytest.mark.parametrize("n", [1, 3, 4, 37, 1823 * 781, (1 << 20) + 3])
-def test_copy(launch, n):
-    import cupy
-    x = cupy.random.standard_normal(n, dtype=cupy.float32)
+def test_copy(label, n):
+    x = normal(n, seed=n)
     y = poisoned((n,), np.float32)
-    launch(x, y)
-    assert_close(y, x, dtype="exact")
+    C.COPY[label](x, y)
+    assert_close(y, x, dtype="exact", name=f"{label} n={n} (seed {n})")
 
 
 @pytest.mark.parametrize("n,grid", [(1, 1), (5, 3), (37, 2), (1823 * 781, 7), ((1 << 20) + 2, 132 * 8)])
 def test_read_v1_per_block(n, grid):
-    import cupy
-    x = cupy.random.standard_normal(n, dtype=cupy.float32)
+    x = normal(n, seed=n + grid)
     partial = poisoned((grid,), np.float32)
     C.read_v1(x, partial)
     assert_close(partial, C.read_reference(x, grid), dtype=np.float32, name="read_v1 partials")
@@ -29,8 +32,7 @@ def test_read_v1_per_block(n, grid):
 
 @pytest.mark.parametrize("n,grid,repeats", [(4099, 2, 3), (1823 * 781, 5, 4), (1 << 16, 132 * 8, 7)])
 def test_read_v1_repeated(n, grid, repeats):
-    import cupy
-    x = cupy.random.standard_normal(n, dtype=cupy.float32)
+    x = normal(n, seed=n + grid)
     partial = poisoned((grid,), np.float32)
     C.read_v1(x, partial, repeats=repeats)
     assert_close(partial, C.read_reference(x, grid, repeats), dtype=np.float32, name="read_v1 partials")
@@ -63,7 +65,7 @@ def test_fma_v1_exact(n):
 def test_fma_v1_busy_and_clock():
     import cupy
     n = 4 * 1024 + 17
-    x = cupy.random.uniform(1, 2, size=(C.FMA_CHAINS, n), dtype=cupy.float32)
+    x = cupy.asarray(np.random.default_rng(n).uniform(1, 2, size=(C.FMA_CHAINS, n)).astype(np.float32))
     y = poisoned((C.FMA_CHAINS, n), np.float32)
     clk = cupy.zeros(2, dtype=cupy.uint64)
     C.fma_v1(x, y, clk, iters=1024, **C.FMA_BUSY)

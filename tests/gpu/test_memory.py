@@ -21,23 +21,24 @@ def test_strided_copy(stride):
     import cupy
     from kernels import memory as M
     from utils.check import assert_close, poisoned
+    from utils.arrays import random_normal
     n = 1000 + 37
-    x = cupy.random.standard_normal(n * stride, dtype=cupy.float32)
+    x, _ = random_normal(n * stride, "float32", seed=stride)
     y = poisoned((n,), np.float32)
     M.strided_copy(x, y, stride)
     assert_close(y, M.strided_reference(x, n, stride), dtype="exact")
 
 
-@pytest.mark.parametrize("width", [1, 2, 4])
-def test_copy_vec(width):
-    import cupy
+@pytest.mark.parametrize("label", ["v0_float", "v1_float2", "v2_float4"])
+def test_copy_width(label):
     from kernels import memory as M
+    from utils.arrays import random_normal
     from utils.check import assert_close, poisoned
     n = 4 * (4096 + 37)
-    x = cupy.random.standard_normal(n, dtype=cupy.float32)
+    x, seed = random_normal(n, "float32", seed=37)
     y = poisoned((n,), np.float32)
-    M.copy_vec(x, y, width)
-    assert_close(y, x, dtype="exact")
+    M.COPY_WIDTH[label](x, y)
+    assert_close(y, x, dtype="exact", name=f"{label} (seed {seed})")
 
 
 @pytest.mark.parametrize("mode", ["row", "col", "col_padded", "col_swizzled", "row_vec4"])
@@ -46,7 +47,7 @@ def test_smem_read(mode):
     from kernels import memory as M
     from utils.check import assert_close, poisoned
     blocks, reps = 7, 5
-    x = cupy.random.randint(-8, 9, size=blocks * 1024).astype(cupy.float32)  # sums stay exact
+    x = cupy.asarray(np.random.default_rng(7).integers(-8, 9, size=blocks * 1024).astype(np.float32))  # exact sums
     y = poisoned((blocks * M.BLOCK,), np.float32)
     M.smem_read(x, y, mode, reps)
     assert_close(y, M.smem_reference(x, mode, reps), dtype="exact", name=mode)

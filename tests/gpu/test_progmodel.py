@@ -36,28 +36,33 @@ def test_wave_spin_stamps_and_occupancy():
     assert (t1.get() >= t0.get()).all() and (t0.get() > 0).all()
 
 
+SEED = 303
+
+
 @pytest.mark.parametrize("n,blocks", [(1, 1), (37, 3), (1823 * 781 + 3, 264), (1 << 20, 1056)])
 def test_block_sums_are_exact_and_identical(n, blocks):
     from utils.check import assert_close, poisoned
-    x = pm.integer_valued(n)
+    x = pm.integer_valued(n, seed=SEED + n)
     ref = pm.block_sum_ref(x, blocks)
     outs = []
     for v in pm.BLOCK_SUM.values():
         p = poisoned((blocks,), np.float32)
-        v.launch(x, p)
-        assert_close(p, ref, dtype="exact", name=v.label)
+        v(x, p)
+        assert_close(p, ref, dtype="exact", name=f"{v.label} (seed {SEED + n})")
         outs.append(p)
     for p in outs[1:]:
         assert bool((p == outs[0]).all())
 
 
-@pytest.mark.parametrize("n,threshold", [(1, -10.0), (1000, 0.0), (123457, 1.5)])
-def test_filter_keeps_exactly_the_right_elements(n, threshold):
+@pytest.mark.parametrize("label", list(pm.FILTER))
+@pytest.mark.parametrize("n,threshold", [(1, -10.0), (1000, 0.0), (123457, 1.5), (1 << 22, 0.0)])
+def test_filter_keeps_exactly_the_right_elements(label, n, threshold):
     import cupy
+
+    from utils.arrays import random_normal
     from utils.check import poisoned
-    x = cupy.random.standard_normal(n, dtype=cupy.float32)
-    for v in pm.FILTER.values():
-        out = poisoned((n,), np.float32)
-        count = cupy.zeros(1, dtype=cupy.uint32)
-        v.launch(x, threshold, out, count, blocks=min(264, (n + 255) // 256))
-        pm.check_filter(out, count, x, threshold)
+    x, seed = random_normal(n, "float32", seed=SEED + n)
+    out = poisoned((n,), np.float32)
+    count = cupy.zeros(1, dtype=cupy.uint32)
+    pm.FILTER[label](x, threshold, out, count)
+    pm.check_filter(out, count, x, threshold)

@@ -9,46 +9,53 @@ from utils.check import assert_close, poisoned
 pytestmark = pytest.mark.gpu
 
 SIZES = [1, 2, 3, 4, 5, 37, 199, 1000 + 3, 2**20 + 3]
+SEED = 20261201
 
 
-@pytest.mark.parametrize("label", list(simt.VERSIONS))
+def random_inputs(n, seed):
+    from utils.arrays import random_normal
+    a, _ = random_normal(n, "float32", seed=seed)
+    b, _ = random_normal(n, "float32", seed=seed + 1)
+    return a, b
+
+
+@pytest.mark.parametrize("label", list(simt.VECTOR_ADD))
 @pytest.mark.parametrize("n", SIZES)
 def test_vector_add_versions(label, n):
-    import cupy
-    a = cupy.random.standard_normal(n, dtype=cupy.float32)
-    b = cupy.random.standard_normal(n, dtype=cupy.float32)
+    seed = SEED + n
+    a, b = random_inputs(n, seed)
     c = poisoned(n, np.float32)
-    simt.VERSIONS[label].launch(a, b, c)
-    assert_close(c, simt.vector_add_ref(a, b), dtype="exact", name=f"{label} n={n}")
+    simt.VECTOR_ADD[label](a, b, c)
+    assert_close(c, simt.vector_add_ref(a, b), dtype="exact", name=f"{label} n={n} (seed {seed})")
 
 
 @pytest.mark.parametrize("label", ["v1_grid_stride", "v2_float4"])
-@pytest.mark.parametrize("bps", [1, 3, 32])
-def test_grid_stride_any_grid(label, bps):
-    import cupy
+@pytest.mark.parametrize("blocks", [1, 3, 132 * 32])
+def test_grid_stride_any_grid(label, blocks):
     n = 3 * 2**18 + 7                    # several grid strides for a small grid, a tail for v2
-    a = cupy.random.standard_normal(n, dtype=cupy.float32)
-    b = cupy.random.standard_normal(n, dtype=cupy.float32)
+    a, b = random_inputs(n, SEED)
     c = poisoned(n, np.float32)
-    simt.VERSIONS[label].launch(a, b, c, blocks_per_sm=bps)
-    assert_close(c, a + b, dtype="exact", name=f"{label} blocks_per_sm={bps}")
+    simt.VECTOR_ADD[label](a, b, c, config=simt.VectorAddConfig(threads=256, blocks=blocks))
+    assert_close(c, a + b, dtype="exact", name=f"{label} blocks={blocks} (seed {SEED})")
 
 
-def test_occupancy_estimate_agrees_with_the_driver():
-    for name in ["vector_add_v0_one_per_thread", "vector_add_v1_grid_stride", "vector_add_v2_float4",
-                 *[simt.read_kernel(i) for i in simt.READ_ILPS]]:
-        res = simt.kernel_resources(name)
-        assert res["local_bytes"] == 0, (name, res)
-        for threads in (64, 128, 256):
-            est = simt.occupancy_estimate(res["registers"], threads)
-            assert simt.resident_blocks_per_sm(name, threads) == est, (name, threads)
+@pytest.mark.parametrize("name", ["vector_add_v0_one_per_thread", "vector_add_v1_grid_stride",
+                                  "vector_add_v2_float4", "vector_add_v3_float4_tile",
+                                  *[simt.read_kernel(i) for i in simt.READ_ILPS]])
+@pytest.mark.parametrize("threads", [64, 128, 256])
+def test_occupancy_formula_agrees_with_the_driver(name, threads):
+    from utils.occupancy import from_function
+    from utils.version import driver_blocks_per_sm
+    fn = simt.SOURCE.function(name)
+    assert simt.kernel_resources(name)["local_bytes"] == 0, name
+    assert from_function(fn, threads).blocks == driver_blocks_per_sm(fn, threads), (name, threads)
 
 
 @pytest.mark.parametrize("by", ["lane", "warp"])
 @pytest.mark.parametrize("paths", [1, 2, 5, 32])
 @pytest.mark.parametrize("n", [1, 37, 1000 + 3, 3 * 256 * 7])
 def test_branch_kernels(by, paths, n):
-    x = simt.integer_valued(n)
+    x = simt.integer_valued(n, seed=SEED + n)
     y = poisoned(n, np.float32)
     simt.launch_branch(by, x, y, paths=paths, iters=9)
     assert_close(y, simt.branch_ref(x, paths, 9, by == "lane"), dtype="exact", name=f"branch_by_{by}")
@@ -68,10 +75,12 @@ def test_active_masks_show_one_branch_per_residue():
                                                (2**16 + 5, 256, 4)])
 def test_read_sum(ilp, n4, threads, blocks):
     import cupy
-    x4 = cupy.random.standard_normal((n4, 4), dtype=cupy.float32)
+
+    from utils.arrays import random_normal
+    x4, seed = random_normal((n4, 4), "float32", seed=SEED + n4)
     out = poisoned(blocks * threads, np.float32)
     smid = cupy.full(blocks, -1, dtype=cupy.int32)
     simt.launch_read_sum(x4, out, smid, ilp=ilp, threads=threads, blocks=blocks)
     ref = simt.read_sum_ref(x4.astype(cupy.float64).sum(axis=1), blocks * threads)
-    assert_close(out, ref, dtype="float32", name=f"read_sum_ilp{ilp}")
+    assert_close(out, ref, dtype="float32", name=f"read_sum_ilp{ilp} (seed {seed})")
     assert int(smid.min()) >= 0
