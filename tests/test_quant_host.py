@@ -1,4 +1,4 @@
-"""Chapter 9 host side on a CPU: packings (GPTQ, AWQ), references, cost models, launcher validation,
+"""Chapter 9 host side on a CPU: packings (GPTQ, AWQ), references, cost models, version plans and validation,
 and the bit tricks of the kernels (magic-number conversion, prmt pairings, the GEMV's bf16x2 numerics)
 emulated in NumPy."""
 import ml_dtypes
@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 
 from kernels import quant as Q
-from tests.test_build_show_ops import FakeDeviceArray
+from tests.fakes import FakeDeviceArray
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+SEED = 9
+
+
+@pytest.fixture
+def rng():
+    """Seeded for every test (SEED): a failure is made again by running the test again."""
+    return np.random.default_rng(SEED)
 
 
 # --- packings --------------------------------------------------------------------------------------
@@ -110,19 +117,35 @@ def test_cost_models():
     assert Q.convert_ops(10, 3) == 10 * 32 * 4
 
 
-def test_gemv_grid_covers_every_column():
-    for N in (8, 24, 1000, 8192):
-        assert Q.gemv_grid(N)[0] * Q.GEMV_COLS >= N > (Q.gemv_grid(N)[0] - 1) * Q.GEMV_COLS
+# --- versions and problems: validation, plans (pure, on fake device arrays) -------------------------
 
-
-# --- launcher validation ---------------------------------------------------------------------------
-
-def _gemv_args(K=256, N=64, **override):
+def gemv_args(K=256, N=64, **override):
     args = dict(x=FakeDeviceArray((1, K), BF16), qweight=FakeDeviceArray((K // 8, N), np.int32),
                 qzeros=FakeDeviceArray((K // 128, N // 8), np.int32),
                 scales=FakeDeviceArray((K // 128, N), BF16), out=FakeDeviceArray((1, N), BF16))
     args.update(override)
     return args
+
+
+def gemv_problem_with_copies(K, N, splits=None):
+    """A GEMV problem of fake arrays with the weight copies v4 and v6 read."""
+    return Q.GEMV.problem(*gemv_args(K, N).values(), splits=splits,
+                          qmma=FakeDeviceArray((N // 16, K // 64, 32, 4), np.int32) if N % 16 == 0 else None,
+                          qtiled=FakeDeviceArray((-(-N // 32), K // 8, 32), np.int32))
+
+
+def gemm_args(M=16, K=256, N=64, **override):
+    args = dict(a=FakeDeviceArray((M, K), BF16), qmma=FakeDeviceArray((N // 16, K // 64, 32, 4), np.int32),
+                qzeros=FakeDeviceArray((K // 128, N // 8), np.int32), scales=FakeDeviceArray((K // 128, N), BF16),
+                out=FakeDeviceArray((M, N), BF16))
+    args.update(override)
+    return args
+
+
+def test_gemv_grid_covers_every_column():
+    from kernels.quant.gemv import gemv_grid
+    for N in (8, 24, 1000, 8192):
+        assert gemv_grid(N)[0] * Q.GEMV_COLS >= N > (gemv_grid(N)[0] - 1) * Q.GEMV_COLS
 
 
 @pytest.mark.parametrize("override,msg", [
@@ -137,10 +160,18 @@ def _gemv_args(K=256, N=64, **override):
     (dict(qweight=FakeDeviceArray((32, 64), np.int32, strides=(4, 128))), "C-contiguous"),
     (dict(x=np.zeros((1, 256), BF16)), "CUDA device array"),
 ])
-def test_gemv_launchers_reject_bad_arguments(override, msg):
-    for v in Q.GEMV_VERSIONS.values():
-        with pytest.raises(ValueError, match=msg):
-            v.launch(**_gemv_args(**override))
+def test_gemv_problem_rejects_bad_arguments(override, msg):
+    with pytest.raises(ValueError, match=msg):
+        Q.GEMV.problem(**gemv_args(**override))
+
+
+def test_gemv_problem_checks_the_weight_copies():
+    with pytest.raises(ValueError, match=r"qmma \(pack_mma\): expected shape \(4, 4, 32, 4\)"):
+        Q.GEMV.problem(**gemv_args(), qmma=FakeDeviceArray((4, 3, 32, 4), np.int32))
+    with pytest.raises(ValueError, match=r"qtiled \(pack_gemv_tiled\): expected shape \(2, 32, 32\)"):
+        Q.GEMV.problem(**gemv_args(), qtiled=FakeDeviceArray((2, 32, 8), np.int32))
+    with pytest.raises(ValueError, match="splits"):
+        Q.GEMV.problem(**gemv_args(), splits=0)
 
 
 def test_gemv_shape_rules():
@@ -150,19 +181,24 @@ def test_gemv_shape_rules():
             Q.gemv_check_shapes(K, N)
 
 
-def test_convert_launchers_reject_bad_arguments():
-    good = dict(packed=FakeDeviceArray((16,), np.int32), out=FakeDeviceArray((128,), BF16),
+@pytest.mark.parametrize("label", list(Q.CONVERT))
+def test_convert_problem_and_plan(label):
+    v = Q.CONVERT[label]
+    out_dt = np.float16 if label == "v3_magic_fp16" else BF16
+    wrong = BF16 if out_dt == np.float16 else np.float16
+    base = dict(packed=FakeDeviceArray((16,), np.int32), out=FakeDeviceArray((128,), out_dt),
                 sink=FakeDeviceArray((1,), np.uint32))
-    for label, v in Q.CONVERT_VERSIONS.items():
-        out_dt = np.float16 if "fp16" in label else BF16
-        wrong = BF16 if "fp16" in label else np.float16
-        base = dict(good, out=FakeDeviceArray((128,), out_dt))
-        with pytest.raises(ValueError, match="multiple of 4 words"):
-            v.launch(**dict(base, packed=FakeDeviceArray((6,), np.int32)))
-        with pytest.raises(ValueError, match="expected dtype"):
-            v.launch(**dict(base, out=FakeDeviceArray((128,), wrong)))
-        with pytest.raises(ValueError, match=r"expected shape \(128\)"):
-            v.launch(**dict(base, out=FakeDeviceArray((64,), out_dt)))
+    (ln,) = v.launches(v.validate(*base.values()))
+    assert ln.kernel == v.name and ln.grid == (1, 1, 1) and ln.args[3] == 4 and ln.args[4] == Q.CONVERT_REPS
+    with pytest.raises(ValueError, match="multiple of 4 words"):
+        v.validate(**dict(base, packed=FakeDeviceArray((6,), np.int32)))
+    with pytest.raises(ValueError, match=r"expected shape \(128\)"):
+        v.validate(**dict(base, out=FakeDeviceArray((64,), out_dt)))
+    with pytest.raises(ValueError, match=f"out must be {np.dtype(out_dt).name}"):
+        v.launches(v.validate(**dict(base, out=FakeDeviceArray((128,), wrong))))
+    words = v.prepare(np.arange(32, dtype=np.uint8) % 16)[0]
+    assert words.shape == (4,) and words.dtype == np.int32
+    assert (Q.unpack_nibbles(words, 0, Q.CONVERT_ORDER[label]) == np.arange(32) % 16).all()
 
 
 def test_quant_launchers_reject_bad_arguments():
@@ -183,18 +219,185 @@ def test_quant_launchers_reject_bad_arguments():
                              FakeDeviceArray((32,), BF16))
 
 
-def test_versions_have_snippets_and_kernels():
+REGISTRIES = [Q.CONVERT, Q.GEMV, Q.GEMM]
+
+
+@pytest.mark.parametrize("name", [v.name for r in REGISTRIES for v in r.values()])
+def test_every_version_has_its_own_file_snippet_and_kernel(name):
     from utils.show import snippets
-    text = Q.SOURCE.path.read_text()
-    names = snippets(text)
-    for v in Q.GEMV_VERSIONS.values():
-        assert v.kernel == "w4a16_gemv_" + v.label and f"w4a16_gemv_{v.label.split('_')[0]}" in names
-    for v in Q.CONVERT_VERSIONS.values():
-        assert v.kernel == "int4_convert_" + v.label and f"INT4_CONVERT_KERNEL({v.kernel}," in text
-    for s in ("int8_quant", "fp8_quant", "int4_convert_bench", "int4_convert_v0", "int4_convert_v1",
-              "int4_convert_v2"):
-        assert s in names
-    assert set(Q.CONVERT_ORDER) == set(Q.CONVERT_VERSIONS)
+    v = next(r[name] for r in REGISTRIES if name.startswith(r.op + "_v"))
+    text = v.source.path.read_text()
+    assert v.snippet in snippets(text), f"{v.name}: snippet {v.snippet!r} not in {v.source.file}"
+    assert f"_v{v.number}_" in v.source.file, f"{v.name}: its file {v.source.file} does not carry its number"
+    others = [w for r in REGISTRIES for w in r.values() if w is not v and w.source is v.source]
+    assert not others, f"{v.name} shares {v.source.file} with {[w.name for w in others]}"
+    assert text.startswith("// "), f"{v.source.file} has no header comment"
+
+
+def test_gemv_and_gemm_are_two_ops_with_two_numberings():
+    assert Q.GEMV.op == "w4a16_gemv" and Q.GEMM.op == "w4a16_gemm"
+    assert [v.number for v in Q.GEMV.values()] == list(range(7))
+    assert [v.number for v in Q.GEMM.values()] == [1, 2, 3, 4]
+    assert Q.BEST_GEMV in Q.GEMV and Q.BEST_GEMM in Q.GEMM
+
+
+def test_every_instance_is_compiled():
+    from kernels.quant import gemm, gemv
+    for configs, name, src in [(gemv.GEMV_V2_CONFIGS, gemv.gemv_v2_name, gemv.GEMV_V2_SOURCE),
+                               (gemv.GEMV_V3_CONFIGS, gemv.gemv_v3_name, gemv.GEMV_V3_SOURCE),
+                               (gemv.GEMV_V4_CONFIGS, gemv.gemv_v4_name, gemv.GEMV_V4_SOURCE),
+                               (gemv.GEMV_V5_CONFIGS, gemv.gemv_v5_name, gemv.GEMV_V5_SOURCE)]:
+        assert {name(c) for c in configs} == set(src.name_expressions)
+    assert all(Q.MARLIN_DEFAULT[mt] in gemm.MARLIN_CONFIGS and Q.MARLIN_DEFAULT[mt] in gemm.MARLIN_V3_CONFIGS
+               for mt in (1, 2, 3, 4))
+
+
+@pytest.mark.parametrize("label", list(Q.GEMV))
+def test_gemv_plans_launch_every_column_with_the_default_config(label):
+    v = Q.GEMV[label]
+    p = gemv_problem_with_copies(1024, 1008)
+    (ln,) = v.launches(p)
+    cfg = v.resolve_config(p)
+    cols = (16 * cfg.n16_tiles if label == "v4_mma" else cfg.columns if label in ("v2_pipelined", "v5_split")
+            else Q.GEMV_COLS)
+    assert ln.grid[0] * cols >= 1008 > (ln.grid[0] - 1) * cols
+    assert p.out in ln.args and p.scales in ln.args and p.qzeros in ln.args
+
+
+@pytest.mark.parametrize("label,needs", [("v4_mma", "qmma"), ("v6_tiled", "qtiled")])
+def test_gemv_versions_on_other_layouts_say_what_they_need(label, needs):
+    p = Q.GEMV.problem(*gemv_args(256, 64).values())
+    assert needs in Q.GEMV[label].why_not(p)
+    kw = Q.GEMV[label].prepare(np.zeros((32, 64), np.int32))
+    assert list(kw) == [needs]
+
+
+def test_gemv_split_plans_fill_whole_waves():
+    from kernels.quant import gemv
+    (ln,) = Q.GEMV["v2_pipelined"].launches(gemv_problem_with_copies(8192, 8192))
+    assert ln.kernel == gemv.gemv_v2_name(gemv.GEMV_V2_DEFAULT) and ln.grid == (64, 4, 1)
+    assert ln.smem == 4 * gemv.gemv_v2_stage_bytes(128)
+    assert Q.GEMV["v2_pipelined"].launches(gemv_problem_with_copies(1024, 1000, splits=8),
+                                           gemv.GemvV2(256, 4))[0].grid == (4, 8, 1)
+    assert "at most 8" in Q.GEMV["v2_pipelined"].why_not(gemv_problem_with_copies(1024, 256, splits=9))
+    (ln,) = Q.GEMV["v5_split"].launches(gemv_problem_with_copies(8192, 8192))
+    assert ln.grid[0] == 8192 // 64 and ln.grid[0] * ln.grid[1] <= 132 * gemv.GEMV_V5_CTAS_PER_SM < ln.grid[0] * (ln.grid[1] + 1)
+    assert Q.GEMV["v5_split"].launches(gemv_problem_with_copies(128, 40), gemv.GemvV5(32, 8))[0].grid == (2, 2, 1)
+    assert "at most 2" in Q.GEMV["v5_split"].why_not(gemv_problem_with_copies(128, 40, splits=3), gemv.GemvV5(32, 8))
+    ws, counters = ln.args[5], ln.args[6]
+    assert ws.shape == (ln.grid[1] * 8192,) and counters.shape == (ln.grid[0],)
+    assert counters.fill == 0 and not counters.every_launch           # the kernels reset their counters
+    with pytest.raises(ValueError, match="not instantiated"):
+        Q.GEMV["v2_pipelined"].launches(gemv_problem_with_copies(1024, 256), gemv.GemvV2(32, 4))
+
+
+def test_gemv_v3_fits_two_ctas_per_sm():
+    from kernels.quant import gemv
+    for c in gemv.GEMV_V3_CONFIGS:
+        (ln,) = Q.GEMV["v3_ring"].launches(gemv_problem_with_copies(1024, 1000), c)
+        assert ln.kernel == gemv.gemv_v3_name(c) and ln.smem == c.stages * (c.rows + 1) * 256 * 16
+        assert gemv.gemv_v3_ctas_per_sm(c) == 2                    # the launch bounds' occupancy
+        assert gemv.gemv_v3_bytes_in_flight_per_sm(c) >= 128 * 1024
+
+
+def test_gemv_v4_plan():
+    from kernels.quant import gemv
+    (ln,) = Q.GEMV["v4_mma"].launches(gemv_problem_with_copies(8192, 8192))
+    assert ln.kernel == gemv.gemv_v4_name(gemv.GEMV_V4_DEFAULT) and ln.block == (32 * gemv.GEMV_V4_DEFAULT.warps, 1, 1)
+    assert ln.grid == (8192 // 16 // gemv.GEMV_V4_DEFAULT.n16_tiles, 1, 1)
+    assert Q.GEMV["v4_mma"].launches(gemv_problem_with_copies(128, 48), gemv.GemvV4(2, 8))[0].grid == (2, 1, 1)
+    assert "N % 16" in Q.GEMV["v4_mma"].why_not(gemv_problem_with_copies(128, 40))
+
+
+@pytest.mark.parametrize("label", list(Q.GEMM))
+@pytest.mark.parametrize("override,msg", [
+    (dict(a=FakeDeviceArray((16, 200), BF16)), "group size 128"),
+    (dict(qmma=FakeDeviceArray((4, 3, 32, 4), np.int32)), r"expected shape \(4, 4, 32, 4\)"),
+    (dict(out=FakeDeviceArray((16, 64), np.float16)), "dtype bfloat16"),
+    (dict(a=FakeDeviceArray((16, 256), np.float16)), "dtype bfloat16"),
+    (dict(scales=FakeDeviceArray((2, 32), BF16)), r"expected shape \(2, 64\)")])
+def test_gemm_problem_rejects_bad_arguments(label, override, msg):
+    with pytest.raises(ValueError, match=msg):
+        Q.GEMM[label].validate(**gemm_args(**override))
+
+
+@pytest.mark.parametrize("label", list(Q.GEMM))
+@pytest.mark.parametrize("M", [1, 16, 37, 48, 64, 65])
+def test_gemm_plans_cover_every_row_and_column(label, M):
+    v = Q.GEMM[label]
+    p = v.validate(*gemm_args(M, 1024, 272).values())
+    limit = 48 if label == "v4_post" else 64
+    if M > limit:
+        assert f"M <= {limit}" in v.why_not(p)
+        return
+    (ln,) = v.launches(p)
+    cfg = v.resolve_config(p)
+    if label == "v1_mma":
+        rows = 16 if M <= 16 else 32
+        assert ln.grid == (-(-272 // 64), -(-M // rows), 1)
+        return
+    assert cfg.m16_tiles == -(-M // 16) and ln.smem == cfg.stages * Q.marlin_stage_bytes(cfg)
+    tiles = -(-272 // (128 * cfg.n16_tiles))
+    if label == "v3_stripe":
+        assert ln.grid[0] == min(132 * Q.gemm.marlin_v3_ctas_per_sm(cfg), tiles * 8)
+    else:
+        assert ln.grid[0] == tiles and 1 <= ln.grid[1] <= 1024 // 128
+
+
+def test_gemm_split_plans():
+    v2, v4 = Q.GEMM["v2_marlin"], Q.GEMM["v4_post"]
+    (ln,) = v2.launches(v2.validate(*gemm_args(16, 8192, 8192).values()))
+    assert ln.kernel == "w4a16_marlin<1, 1, 4>" and ln.grid == (64, 4, 1)
+    (ln,) = v2.launches(v2.validate(*gemm_args(37, 1024, 272).values(), splits=2))
+    assert (ln.kernel, ln.grid) == ("w4a16_marlin<3, 1, 4>", (3, 2, 1))
+    assert "at most 8" in v2.why_not(v2.validate(*gemm_args(16, 1024, 256).values(), splits=9))
+    with pytest.raises(ValueError, match="not instantiated"):
+        v2.launches(v2.validate(*gemm_args(16, 1024, 256).values()), Q.Marlin(1, 2, 8))
+    (ln,) = v4.launches(v4.validate(*gemm_args(16, 8192, 8192).values()))
+    assert (ln.kernel, ln.grid) == ("w4a16_marlin_v4_post<1, 1, 4>", (64, 4, 1))
+
+
+def test_gemm_v3_plan():
+    from kernels.quant import gemm
+    v3 = Q.GEMM["v3_stripe"]
+    p = v3.validate(*gemm_args(16, 8192, 8192).values())
+    (ln,) = v3.launches(p)
+    cfg = v3.resolve_config(p)
+    assert ln.kernel == gemm.marlin_name(cfg, "w4a16_marlin_v3_stripe")
+    assert ln.grid == (132 * gemm.marlin_v3_ctas_per_sm(cfg), 1, 1)
+    assert int(ln.args[-1]) == Q.stripe_partition(64, 64, ln.grid[0])[1]
+    assert v3.launches(v3.validate(*gemm_args(5, 128, 48).values()))[0].grid == (1, 1, 1)   # one unit: one CTA
+    assert v3.launches(v3.validate(*gemm_args(37, 1024, 272).values(), ctas=7))[0].grid == (7, 1, 1)
+    with pytest.raises(ValueError, match="ctas"):
+        v3.validate(*gemm_args(16, 1024, 256).values(), ctas=0)
+
+
+def test_mma_shape_rules():
+    for M, K, N, msg in [(0, 128, 16, "M, K, N >= 1"), (16, 192, 16, "group size"), (16, 128, 24, "multiple of 16")]:
+        with pytest.raises(ValueError, match=msg):
+            Q.mma_check_shapes(M, K, N)
+    with pytest.raises(ValueError, match="K % 64"):
+        Q.pack_mma(np.zeros((96, 16), np.uint8))
+
+
+def test_split_planning_helpers():
+    from kernels.quant import gemv
+    assert gemv.gemv_v2_stage_bytes(128) == 16 * 128 * 4 + 256 + 256 + 64
+    assert Q.marlin_stage_bytes(Q.Marlin(1, 1, 4)) == 8192 + 4096 + 256 + 64
+    assert gemv.ctas_per_sm_by_smem(50_000) == 4 and gemv.ctas_per_sm_by_smem(300_000) == 1
+    assert gemv.plan_splits(64, 64, 132, 2) == 4           # 256 CTAs for 264 slots
+    assert gemv.plan_splits(1, 1, 132, 2) == 1             # never more splits than groups
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(Q.INT8_FP8_SOURCE.path.parent))
+                                        for p in Q.INT8_FP8_SOURCE.path.parent.glob("*.cu*")))
+def test_qzeros_rows_are_copied_a_word_at_a_time(path):
+    """A qzeros row holds N/8 int32, so row g starts 16-byte aligned only when N % 32 == 0 (not for N = 24,
+    272, 1000, 1040, 4104): every cp.async of qzeros must copy 4 bytes, never 16."""
+    import re
+    text = (Q.INT8_FP8_SOURCE.path.parent / path).read_text()
+    for call in re.findall(r"cp_async\w*\([^;]*qzeros[^;]*;", text):
+        assert call.startswith("cp_async4("), f"{path}: {call}"
 
 
 # --- the bit tricks, emulated ----------------------------------------------------------------------
@@ -358,19 +561,6 @@ def test_mma_zero_indexing_matches_gptq_qzeros(rng):
                 assert (int(qz[grp, 2 * n16 + 1]) >> (4 * g)) & 15 == z[grp, 16 * n16 + 8 + g]
 
 
-def test_mma_kernel_choice_grid_and_shape_rules():
-    assert Q.mma_kernel_and_grid(16, 8192) == ("w4a16_mma_m16", (128, 1, 1))
-    assert Q.mma_kernel_and_grid(5, 48) == ("w4a16_mma_m16", (1, 1, 1))
-    assert Q.mma_kernel_and_grid(32, 8192) == ("w4a16_mma_m32", (128, 1, 1))
-    assert Q.mma_kernel_and_grid(64, 8192) == ("w4a16_mma_m32", (128, 2, 1))
-    assert Q.mma_kernel_and_grid(37, 80) == ("w4a16_mma_m32", (2, 2, 1))
-    for M, K, N, msg in [(0, 128, 16, "M, K, N >= 1"), (16, 192, 16, "group size"), (16, 128, 24, "multiple of 16")]:
-        with pytest.raises(ValueError, match=msg):
-            Q.mma_check_shapes(M, K, N)
-    with pytest.raises(ValueError, match="K % 64"):
-        Q.pack_mma(np.zeros((96, 16), np.uint8))
-
-
 # --- line-by-line ports of the GEMV and GEMM index arithmetic (exact integer math, no rounding) -------
 
 def _port_gemv(qweight, qzeros, scales, x, K, N):
@@ -444,7 +634,8 @@ def _mma(a_regs, b_regs, d_regs):
 
 def _port_mma(qmma, qzeros, scales, A, M, K, N):
     """w4a16_mma_body's indexing in Python (exact integer math): blocks, warps, chunks, fragments, smem sum."""
-    kernel, (gx, gy, _) = Q.mma_kernel_and_grid(M, N)
+    (ln,) = Q.gemm.plan_gemm_v1(Q.gemm.GemmProblem(M, K, N, *[None] * 5))
+    kernel, (gx, gy, _) = ln.kernel, ln.grid
     MT = 1 if kernel.endswith("m16") else 2
     words_flat = qmma.view(np.uint32).reshape(-1)
     qz = qzeros.view(np.uint32).reshape(-1)
@@ -527,78 +718,6 @@ def test_mma_index_arithmetic_port(rng, M):
     _, qz = Q.pack_gptq(q, z)
     ref = A @ ((q - np.repeat(z, 128, 0).astype(np.float64)) * np.repeat(s, 128, 0))
     assert np.array_equal(_port_mma(Q.pack_mma(q), qz, s, A, M, K, N), ref)
-
-
-# --- GEMV v2 and the Marlin-style GEMM: plans, validation, an index-arithmetic port ------------------
-
-def test_split_planning_and_stage_sizes():
-    assert Q.gemv_v2_stage_bytes(128) == 16 * 128 * 4 + 256 + 256 + 64
-    assert Q.marlin_stage_bytes(1, 1) == 8192 + 4096 + 256 + 64
-    assert Q.ctas_per_sm_by_smem(50_000) == 4 and Q.ctas_per_sm_by_smem(300_000) == 1
-    assert Q.plan_splits(64, 64, 132, 2) == 4           # 256 CTAs for 264 slots
-    assert Q.plan_splits(1, 1, 132, 2) == 1             # never more splits than groups
-    name, grid, smem = Q.gemv_v2_plan(8192, 8192)
-    assert name == Q.gemv_v2_name(*Q.GEMV_V2_DEFAULT) and grid == (64, 4, 1) and smem == 4 * Q.gemv_v2_stage_bytes(128)
-    assert Q.gemv_v2_plan(1024, 1000, bn=256, stages=4, splits=8)[1] == (4, 8, 1)
-    name, grid, _ = Q.marlin_plan(16, 8192, 8192)
-    assert name == "w4a16_marlin<1, 1, 4>" and grid == (64, 4, 1)
-    assert Q.marlin_plan(37, 1024, 272, splits=2)[:2] == ("w4a16_marlin<3, 1, 4>", (3, 2, 1))
-    for kw, msg in [(dict(splits=9), r"expected 1 \.\. 8"), (dict(ntw=2, stages=8), "not instantiated")]:
-        with pytest.raises(ValueError, match=msg):
-            Q.marlin_plan(16, 1024, 256, **kw)
-    with pytest.raises(ValueError, match="M <= 64"):
-        Q.marlin_plan(65, 1024, 256)
-    assert Q.marlin_plan(16, 8192, 8192, kernel=Q.MARLIN_V4)[:2] == ("w4a16_marlin_v4_post<1, 1, 4>", (64, 4, 1))
-    with pytest.raises(ValueError, match="M <= 48"):
-        Q.marlin_plan(49, 1024, 256, kernel=Q.MARLIN_V4)
-    with pytest.raises(ValueError, match="expected one of"):
-        Q.marlin_plan(16, 1024, 256, kernel="w4a16_nope")
-    with pytest.raises(ValueError, match="not instantiated"):
-        Q.gemv_v2_plan(1024, 256, bn=32, stages=4)
-    every = set(Q.SOURCE.name_expressions)
-    assert ({Q.gemv_v2_name(*c) for c in Q.GEMV_V2_CONFIGS} | {Q.gemv_v3_name(*c) for c in Q.GEMV_V3_CONFIGS}
-            | {Q.gemv_v4_name(*c) for c in Q.GEMV_V4_CONFIGS} | {Q.marlin_name(*c) for c in Q.MARLIN_CONFIGS}
-            | {Q.gemv_v5_name(*c) for c in Q.GEMV_V5_CONFIGS} | {Q.marlin_v3_name(*c) for c in Q.MARLIN_V3_CONFIGS}
-            | {Q.marlin_name(*c, kernel=Q.MARLIN_V4) for c in Q.MARLIN_V4_CONFIGS}) == every
-    assert all((mt, *Q.MARLIN_DEFAULT[mt]) in Q.MARLIN_CONFIGS for mt in (1, 2, 3, 4))
-
-
-def test_gemv_v3_plan_fits_two_ctas_per_sm():
-    for rows, stages in Q.GEMV_V3_CONFIGS:
-        name, grid, smem = Q.gemv_v3_plan(8192, 8192, rows, stages)
-        assert name == Q.gemv_v3_name(rows, stages) and grid == (256, 1, 1)
-        assert smem == stages * (rows + 1) * 256 * 16
-        assert Q.gemv_v3_ctas_per_sm(rows, stages) == 2          # the launch bounds' occupancy
-        assert Q.gemv_v3_bytes_in_flight_per_sm(rows, stages) >= 128 * 1024
-    assert Q.gemv_v3_plan(1024, 1000)[0] == Q.gemv_v3_name(*Q.GEMV_V3_DEFAULT)
-    with pytest.raises(ValueError, match="not instantiated"):
-        Q.gemv_v3_plan(1024, 256, rows=16, stages=2)
-    with pytest.raises(ValueError, match="multiple of 8"):
-        Q.gemv_v3_plan(1024, 1004)
-
-
-def test_qzeros_rows_need_word_sized_copies():
-    # the bug of the first GPU run: a qzeros row holds N/8 int32, so row g starts 16-byte aligned only
-    # when N % 32 == 0; the kernels now copy zero words 4 bytes at a time
-    misaligned = [N for N in (24, 272, 1000, 1040, 4104) if (N // 8 * 4) % 16]
-    assert misaligned == [24, 272, 1000, 1040, 4104]
-    assert (8192 // 8 * 4) % 16 == 0
-
-
-def test_marlin_launcher_rejects_bad_arguments():
-    K, N, M = 256, 64, 16
-    good = dict(a=FakeDeviceArray((M, K), BF16), qmma=FakeDeviceArray((N // 16, K // 64, 32, 4), np.int32),
-                qzeros=FakeDeviceArray((K // 128, N // 8), np.int32), scales=FakeDeviceArray((K // 128, N), BF16),
-                out=FakeDeviceArray((M, N), BF16))
-    cases = [(dict(a=FakeDeviceArray((M, 200), BF16)), "group size 128"),
-             (dict(qmma=FakeDeviceArray((4, 3, 32, 4), np.int32)), r"expected shape \(4, 4, 32, 4\)"),
-             (dict(out=FakeDeviceArray((M, N), np.float16)), "dtype bfloat16"),
-             (dict(a=FakeDeviceArray((M, K), np.float16)), "dtype bfloat16"),
-             (dict(scales=FakeDeviceArray((2, 32), BF16)), r"expected shape \(2, 64\)")]
-    for v in Q.GEMM_VERSIONS.values():
-        for override, msg in cases:
-            with pytest.raises(ValueError, match=msg):
-                v.launch(**dict(good, **override))
 
 
 def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits, post=False):
@@ -757,35 +876,7 @@ def test_sass_readers():
         Q.sass_stage_instructions("        /*0000*/   EXIT ;")
 
 
-def test_gemv_v4_plan_and_rejections():
-    from kernels import quant as Q
-    name, grid, block = Q.gemv_v4_plan(8192, 8192)
-    assert name == Q.gemv_v4_name(*Q.GEMV_V4_DEFAULT) and block == (32 * Q.GEMV_V4_DEFAULT[1], 1, 1)
-    assert grid == (8192 // 16 // Q.GEMV_V4_DEFAULT[0], 1, 1)
-    assert Q.gemv_v4_plan(128, 48, ntw=2, warps=8)[1] == (2, 1, 1)     # 3 n16 tiles, 2 per CTA
-    with pytest.raises(ValueError, match="multiple of 16"):
-        Q.gemv_v4_plan(128, 40)
-    with pytest.raises(ValueError, match="not instantiated"):
-        Q.gemv_v4_plan(128, 48, ntw=3, warps=8)
-
-
-# --- GEMV v5 and Marlin v3 (striped) planning ---------------------------------------------------------
-
-def test_gemv_v5_plan_fills_whole_waves():
-    name, grid = Q.gemv_v5_plan(8192, 8192)
-    bn, rows = Q.GEMV_V5_DEFAULT
-    assert name == Q.gemv_v5_name(bn, rows) and grid[0] == 8192 // bn
-    assert grid[0] * grid[1] <= 132 * Q.GEMV_V5_CTAS_PER_SM < grid[0] * (grid[1] + 1)
-    assert Q.gemv_v5_plan(128, 40, bn=32, rows=8)[1] == (2, 2, 1)          # 2 row blocks: at most 2 splits
-    assert Q.gemv_v5_plan(1024, 1000, bn=64, rows=4, splits=7)[1] == (16, 7, 1)
-    with pytest.raises(ValueError, match=r"expected 1 \.\. 2"):
-        Q.gemv_v5_plan(128, 40, bn=32, rows=8, splits=3)
-    with pytest.raises(ValueError, match="not instantiated"):
-        Q.gemv_v5_plan(128, 40, bn=128, rows=8)
-    with pytest.raises(ValueError, match="multiple of 8"):
-        Q.gemv_v5_plan(128, 44)
-    assert all(c in Q.GEMV_V5_CONFIGS for c in [Q.GEMV_V5_DEFAULT])
-
+# --- the striped partition of GEMM v3
 
 def _stripe_owner(u, U, P):
     return ((u + 1) * P - 1) // U
@@ -826,23 +917,6 @@ def test_stripe_partition_covers_every_unit_once(tiles, groups, ctas):
         assert [r for r, _, _ in segs] == list(range(len(segs)))
         assert segs[0][1] == 0 and segs[-1][2] == groups - 1
         assert all(segs[i][2] + 1 == segs[i + 1][1] for i in range(len(segs) - 1))
-
-
-def test_marlin_v3_plan():
-    name, grid, smem, max_contrib = Q.marlin_v3_plan(16, 8192, 8192)
-    assert name == Q.marlin_v3_name(1, *Q.MARLIN_V3_DEFAULT[1])
-    assert grid == (132 * Q.marlin_v3_ctas_per_sm(1, *Q.MARLIN_V3_DEFAULT[1]), 1, 1)
-    assert smem == Q.MARLIN_V3_DEFAULT[1][1] * Q.marlin_stage_bytes(1, Q.MARLIN_V3_DEFAULT[1][0])
-    assert max_contrib == Q.stripe_partition(64, 64, grid[0])[1]
-    assert Q.marlin_v3_plan(5, 128, 48)[1] == (1, 1, 1)           # one unit: one CTA
-    assert Q.marlin_v3_plan(37, 1024, 272, ctas=7)[1] == (7, 1, 1)
-    assert all((mt, *Q.MARLIN_V3_DEFAULT[mt]) in Q.MARLIN_V3_CONFIGS for mt in (1, 2, 3, 4))
-    with pytest.raises(ValueError, match="M <= 64"):
-        Q.marlin_v3_plan(65, 1024, 256)
-    with pytest.raises(ValueError, match="not instantiated"):
-        Q.marlin_v3_plan(16, 1024, 256, ntw=2, stages=8)
-    with pytest.raises(ValueError, match="ctas"):
-        Q.marlin_v3_plan(16, 1024, 256, ctas=0)
 
 
 def test_random_int4_problem_on_numpy():

@@ -47,6 +47,7 @@ class Workspace:
     shape: tuple[int, ...]
     dtype: Any = np.float32
     fill: float | None = None      # None: uninitialised; a value: filled at every launch (atomics' zero)
+    every_launch: bool = True      # False: filled once at bind (counters the kernel itself sets back to zero)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +264,7 @@ def bind_launches(launches: Sequence[Launch], default_source) -> Callable[[], No
     require_gpu()
     bound = []
     fills = []
+    buffers: dict[int, Any] = {}   # one buffer per Workspace object: a plan may pass one launch's output to the next
     for ln in launches:
         src = ln.source or default_source
         for feature in getattr(src, "requires", ()) or ():
@@ -270,10 +272,14 @@ def bind_launches(launches: Sequence[Launch], default_source) -> Callable[[], No
         fn = src.launchable(ln.kernel, ln.cluster, ln.smem)
         args = []
         for a in ln.args:
-            if isinstance(a, Workspace):
-                buf = _allocate(a)
-                if a.fill is not None:
+            if isinstance(a, Workspace) and id(a) in buffers:
+                args.append(buffers[id(a)])
+            elif isinstance(a, Workspace):
+                buf = buffers[id(a)] = _allocate(a)
+                if a.fill is not None and a.every_launch:
                     fills.append((buf, a.fill))
+                elif a.fill is not None:
+                    buf.fill(a.fill)
                 args.append(buf)
             else:
                 args.append(a)
