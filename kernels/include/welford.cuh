@@ -62,6 +62,8 @@ __device__ __forceinline__ Welford block_welford(Welford s, Welford* red /* [32]
 // thread 0 of each block publishes its block's state in `slot`, and lane r of every warp reads
 // rank r's slot. The caller must cluster.sync() again before exiting (a block's shared memory
 // must outlive the reads of the other blocks).
+// Clusters exist from sm_90 on: on an older arch this function is not declared.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 template <int CLUSTER>
 __device__ __forceinline__ Welford cluster_welford(Welford s, Welford* slot /* one, in smem */) {
     namespace cg = cooperative_groups;
@@ -72,4 +74,5 @@ __device__ __forceinline__ Welford cluster_welford(Welford s, Welford* slot /* o
     const Welford t = lane < CLUSTER ? *cluster.map_shared_rank(slot, lane) : Welford{0.f, 0.f, 0.f};
     return warp_welford(t);
 }
+#endif
 // [[/snippet]]
