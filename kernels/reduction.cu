@@ -18,33 +18,21 @@
 //   v5_lastblock     v4 in one launch: each block writes its partial, fences, takes a ticket from an
 //                    atomic counter; the block that draws the last ticket sums all partials in index
 //                    order (deterministic) and re-arms the counter for the next launch
-//   v6_cluster_c{C}  v5 with clusters of C blocks (Hopper): the C block totals meet through DSMEM, rank 0
-//                    writes one partial per cluster, so C times fewer partials and atomics
 //
-// bf16 variants (suffix _bf16) of v4-v6 load 8 bf16 per 16 bytes and widen them exactly to fp32.
-// Every kernel runs with blocks of THREADS threads; the result of v1-v6 does not depend on timing.
-// v4-v6 are held to 32 registers (__launch_bounds__(THREADS, 8) where ptxas needs the hint), so that
+// v6 (clusters, Hopper only) lives in reduction_cluster.cu, so that this file builds for sm_80 as well.
+// The shared building blocks (block_sum, thread_sum, sum_partials, THREADS, UNROLL) are in
+// include/reduction.cuh. bf16 variants (suffix _bf16) of v4-v5 load 8 bf16 per 16 bytes and widen them
+// exactly to fp32. Every kernel runs with blocks of THREADS threads; the result of v1-v5 does not depend
+// on timing. v4-v5 are held to 32 registers (__launch_bounds__(THREADS, 8) where ptxas needs the hint), so that
 // 8 blocks of 256 threads fit on an SM at once: the grid of 8 blocks per SM is one wave.
-#include <cooperative_groups.h>
-#include <cuda_bf16.h>
-
-#include "common.cuh"
-
-namespace cg = cooperative_groups;
-
-#define THREADS 256   // block size of every kernel in this file
-// 16-byte loads per thread per loop iteration in v4-v6. The source reads all UNROLL before using any, but at
-// 32 registers (the cap of __launch_bounds__(THREADS, 8); v4_vec_bf16 lands there without it) ptxas
-// (sm_90, CUDA 13.0) does not keep 4 x 16 bytes of results live: the loop's SASS issues 2 loads, waits for
-// the first, then issues the other 2 (fp32 v6: 3, then 1). About 2 loads (32 bytes) per thread are in
-// flight on average, at most 3 at once: 2048 threads x 32 B = 64 KiB per SM, still well above what
-// Little's law asks for (chapter 5, section 5.7). With __launch_bounds__(THREADS, 4) instead, ptxas gives
-// the loop 38-40 registers and issues all 4 at once, but fewer blocks then fit on an SM.
-#define UNROLL 4
+#include "reduction.cuh"
 
 // [[snippet: reduce_v0]]
-// out must hold 0 before the launch. Every element is one atomic read-modify-write on the same
-// 4 bytes of L2: the order of the additions is whatever order the atomics arrive in.
+// out must hold 0 before the launch (reduce_v0_zero, one thread, runs first in the same stream). Every
+// element is one atomic read-modify-write on the same 4 bytes of L2: the order of the additions is
+// whatever order the atomics arrive in.
+extern "C" __global__ void reduce_v0_zero(float* __restrict__ out) { *out = 0.f; }
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 reduce_v0_atomic(const float* __restrict__ x, float* __restrict__ out, long long n) {
     const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
@@ -86,22 +74,6 @@ reduce_v2_sequential(const float* __restrict__ x, float* __restrict__ partial, l
 }
 // [[/snippet]]
 
-// [[snippet: block_sum]]
-// Sum over the THREADS threads of a block; the result is valid in thread 0. Every thread must call it.
-// Level 1: each warp's 32 values by butterfly shuffles (warp_sum, common.cuh), no shared memory.
-// Level 2: the 8 warp totals through shared memory, summed by warp 0 with shuffles again.
-// The order of the additions is fixed by the lane and warp numbers: the same input gives the same bits.
-__device__ __forceinline__ float block_sum(float v) {
-    __shared__ float warp_total[THREADS / 32];  // [8] one per warp
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = warp_sum(v);
-    if (lane == 0) warp_total[warp] = v;
-    __syncthreads();
-    if (warp == 0) v = warp_sum(lane < THREADS / 32 ? warp_total[lane] : 0.f);
-    return v;
-}
-// [[/snippet]]
-
 // [[snippet: reduce_v3]]
 extern "C" __global__ void __launch_bounds__(THREADS)
 reduce_v3_shuffle(const float* __restrict__ x, float* __restrict__ partial, long long n) {
@@ -111,69 +83,7 @@ reduce_v3_shuffle(const float* __restrict__ x, float* __restrict__ partial, long
 }
 // [[/snippet]]
 
-// [[snippet: thread_sum]]
-// 16 bytes of input: 4 fp32, or 8 bf16 (two per 32-bit word, element 2j in the low half).
-// bf16 -> fp32 is exact: a bf16 is the upper 16 bits of the fp32 with the same value.
-template <typename T>
-__device__ __forceinline__ void add16(float4& acc, const uint4 r) {
-    if constexpr (sizeof(T) == 4) {
-        acc.x += __uint_as_float(r.x); acc.y += __uint_as_float(r.y);
-        acc.z += __uint_as_float(r.z); acc.w += __uint_as_float(r.w);
-    } else {
-        acc.x += __uint_as_float(r.x << 16) + __uint_as_float(r.x & 0xffff0000u);
-        acc.y += __uint_as_float(r.y << 16) + __uint_as_float(r.y & 0xffff0000u);
-        acc.z += __uint_as_float(r.z << 16) + __uint_as_float(r.z & 0xffff0000u);
-        acc.w += __uint_as_float(r.w << 16) + __uint_as_float(r.w & 0xffff0000u);
-    }
-}
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// This thread's share of x: 16-byte chunks i, i + G, i + 2G, ... (G = all threads of the grid), UNROLL
-// loads written before any is used (the compiled loop keeps about 2 in flight, see UNROLL), four fp32
-// accumulators; then at most one of the n % E trailing elements (E = elements per 16 bytes).
-// x must be 16-byte aligned.
-template <typename T>
-__device__ __forceinline__ float thread_sum(const T* __restrict__ x, long long n) {
-    constexpr int E = 16 / sizeof(T);
-    const uint4* __restrict__ x16 = reinterpret_cast<const uint4*>(x);  // [n16] chunks of 16 bytes
-    const long long n16 = n / E;
-    const long long G = (long long)gridDim.x * THREADS;
-    const long long gtid = (long long)blockIdx.x * THREADS + threadIdx.x;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    long long i = gtid;
-    for (; i + (UNROLL - 1) * G < n16; i += UNROLL * G) {
-        uint4 r[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) r[u] = x16[i + u * G];  // compiled: ~2 in flight, see UNROLL
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) add16<T>(acc, r[u]);
-    }
-    for (; i < n16; i += G) add16<T>(acc, x16[i]);
-    float s = (acc.x + acc.y) + (acc.z + acc.w);
-    const long long tail = n16 * E + gtid;  // fewer than E elements are left; thread gtid takes one
-    if (tail < n) s += to_float(x[tail]);
-    return s;
-}
-// [[/snippet]]
-
 // [[snippet: reduce_v4]]
-// Sum of m partials by one block, in a fixed order: thread t adds partial[t], partial[t + 256], ... in
-// that order, 4 loads issued before the adds (partials are few; their latency is what costs). __ldcg
-// reads from L2, so a block never sees a stale L1 copy of another block's partial.
-__device__ __forceinline__ float sum_partials(const float* partial, int m) {
-    float s = 0.f;
-    int i = threadIdx.x;
-    for (; i + 3 * THREADS < m; i += 4 * THREADS) {
-        const float a0 = __ldcg(partial + i), a1 = __ldcg(partial + i + THREADS),
-                    a2 = __ldcg(partial + i + 2 * THREADS), a3 = __ldcg(partial + i + 3 * THREADS);
-        s += a0; s += a1; s += a2; s += a3;
-    }
-    for (; i < m; i += THREADS) s += __ldcg(partial + i);
-    return block_sum(s);
-}
-
 template <typename T>
 __device__ __forceinline__ void reduce_vec(const T* __restrict__ x, float* __restrict__ partial, long long n) {
     const float s = block_sum(thread_sum<T>(x, n));
@@ -232,51 +142,3 @@ reduce_v5_lastblock_bf16(const __nv_bfloat16* __restrict__ x, float* partial, un
 }
 // [[/snippet]]
 
-// [[snippet: reduce_v6]]
-// Grid: a multiple of C blocks, clusters of C consecutive blocks. Cluster c = blockIdx.x / C writes
-// partial[c]; the last cluster to arrive sums the gridDim.x / C partials in index order.
-template <typename T, int C>
-__device__ __forceinline__ void reduce_cluster(const T* __restrict__ x, float* partial, unsigned* counter,
-                                               float* __restrict__ out, long long n) {
-    __shared__ float block_total;  // this block's sum, read by rank 0 of the cluster through DSMEM
-    __shared__ bool is_last;
-    cg::cluster_group cluster = cg::this_cluster();
-    const float s = block_sum(thread_sum<T>(x, n));
-    if (threadIdx.x == 0) block_total = s;
-    cluster.sync();                                       // every block's total is in its shared memory
-    const unsigned rank = cluster.block_rank();
-    if (rank == 0 && threadIdx.x == 0) {
-        float c = 0.f;
-#pragma unroll
-        for (int q = 0; q < C; ++q) c += *cluster.map_shared_rank(&block_total, q);  // rank order
-        partial[blockIdx.x / C] = c;
-        __threadfence();
-        const unsigned ticket = atomicAdd(counter, 1u);
-        is_last = (ticket == gridDim.x / C - 1);
-    }
-    cluster.sync();                                       // peers keep block_total alive until it is read
-    if (rank != 0 || !is_last) return;                    // (is_last is only read in rank 0)
-    __threadfence();
-    const float total = sum_partials(partial, gridDim.x / C);
-    if (threadIdx.x == 0) {
-        *out = total;
-        *counter = 0u;
-    }
-}
-
-#define REDUCE_CLUSTER_KERNELS(C)                                                                      \
-    extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS, 8)                  \
-    reduce_v6_cluster_c##C(const float* __restrict__ x, float* partial, unsigned* counter, float* out, \
-                           long long n) {                                                              \
-        reduce_cluster<float, C>(x, partial, counter, out, n);                                         \
-    }                                                                                                  \
-    extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS, 8)                  \
-    reduce_v6_cluster_bf16_c##C(const __nv_bfloat16* __restrict__ x, float* partial, unsigned* counter,\
-                                float* out, long long n) {                                             \
-        reduce_cluster<__nv_bfloat16, C>(x, partial, counter, out, n);                                 \
-    }
-
-REDUCE_CLUSTER_KERNELS(2)
-REDUCE_CLUSTER_KERNELS(4)
-REDUCE_CLUSTER_KERNELS(8)
-// [[/snippet]]

@@ -1,4 +1,4 @@
-"""Sum of a 1-D array (chapter 5): the reference, the cost model, error bounds, launchers, versions.
+"""Sum of a 1-D array (chapter 5): the reference, the cost model, error bounds and the versions.
 
 ``out[0] = x[0] + ... + x[n-1]`` for a C-contiguous 1-D ``x`` of float32 (every version) or bfloat16
 (v4-v6), accumulated and returned in float32 into a float32 array ``out`` of shape (1,).
@@ -6,31 +6,40 @@
 Correctness is judged against a float64 sum with a bound on the rounding error of the version's own
 order of additions (:func:`error_bound`), not a fixed tolerance: a sum of 2**28 terms in fp32 carries
 an error that depends on how the additions are arranged.
+
+Every version is a :class:`utils.version.Version` of :data:`VERSIONS` (op ``reduce``); v6 needs thread
+block clusters and lives in its own file (``reduction_cluster.cu``), so ``reduction.cu`` builds for sm_80.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
+from utils.arrays import bf16, ceil_div
 from utils.build import KernelSource
 from utils.check import CheckFailed
-from utils.ops import Version, expect_array, registry
+from utils.ops import expect_array
+from utils.version import Launch, Registry, Unsupported, Version, Workspace, config_type
 
 SOURCE = KernelSource("reduction.cu")
+CLUSTER_SOURCE = KernelSource("reduction_cluster.cu", requires=("clusters",))
 
-THREADS = 256            # block size of every kernel (reduction.cu)
+THREADS = 256            # block size of every kernel (include/reduction.cuh)
 UNROLL = 4               # 16-byte loads per thread per iteration in v4-v6
-BLOCKS_PER_SM = 8        # v4-v6 grid: 8 blocks of 256 threads per SM (32 registers: all fit at once)
+BLOCKS_PER_SM = 8        # v4-v6 default grid: 8 blocks of 256 threads per SM (32 registers: all fit at once)
 CLUSTER_SIZES = (2, 4, 8)
-CLUSTER = 4              # v6's default cluster size
 MAX_GRID_X = 2**31 - 1
+MAX_ELEMENTS = 2**40
 U32 = 2.0 ** -24         # unit roundoff of fp32 (round to nearest)
 
-
-def _bf16():
-    import ml_dtypes
-    return np.dtype(ml_dtypes.bfloat16)
+# Tunable configs, with field names: the grid of v4/v5, and the cluster size and grid of v6.
+VecGrid = config_type("VecGrid", "blocks_per_sm")
+ClusterGrid = config_type("ClusterGrid", "cluster blocks_per_sm")
+VEC_CONFIGS = tuple(VecGrid(b) for b in (1, 2, 4, 8, 16, 32))
+CLUSTER_CONFIGS = tuple(ClusterGrid(c, b) for c in CLUSTER_SIZES for b in (1, BLOCKS_PER_SM, 32))
 
 
 def per16(dtype) -> int:
@@ -38,20 +47,14 @@ def per16(dtype) -> int:
     return 16 // np.dtype(dtype).itemsize
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-int(a) // int(b))
-
-
 # --- reference and cost model ----------------------------------------------------------------------
 
 def reference(x):
     """(sum, sum of |x|) in float64, on the device where ``x`` lives (bf16 widened exactly first)."""
-    xp = np
-    if not isinstance(x, np.ndarray):
-        import cupy as xp
-    x32 = x if x.dtype == np.float32 else x.astype(np.float32)   # bf16 -> fp32 is exact
-    x64 = x32.astype(xp.float64)
-    return float(x64.sum()), float(xp.abs(x64).sum())
+    from utils.arrays import xp
+    m = xp(x)
+    x64 = (x if x.dtype == np.float32 else x.astype(np.float32)).astype(m.float64)   # bf16 -> fp32 is exact
+    return float(x64.sum()), float(m.abs(x64).sum())
 
 
 def nbytes(n: int, itemsize: int = 4) -> int:
@@ -61,6 +64,46 @@ def nbytes(n: int, itemsize: int = 4) -> int:
 
 def flops(n: int) -> int:
     return max(int(n) - 1, 0)
+
+
+# --- the problem -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SumProblem:
+    """A validated sum: the input ``x`` (n elements of ``dtype``), the output ``out`` (float32, (1,)), and
+    the SM count the grids of v4-v6 are sized for."""
+    x: Any
+    out: Any
+    n: int
+    dtype: np.dtype
+    sms: int
+
+
+def problem(x, out, *, sms: int | None = None) -> SumProblem:
+    """Validate ``x`` (1-D, C-contiguous, 16-byte aligned, float32 or bfloat16, 1 <= n < 2**40) and ``out``
+    (float32, shape (1,)). ``sms``: the SM count to plan for (default: the device's, or the H200's on a CPU)."""
+    expect_array(x, "x", dtype=(np.float32, bf16()), ndim=1)
+    n = int(x.shape[0])
+    if n < 1:
+        raise ValueError(f"x: expected at least one element, got shape {tuple(x.shape)}")
+    if n >= MAX_ELEMENTS:
+        raise ValueError(f"x: expected fewer than 2**40 elements, got {n}")
+    expect_array(out, "out", dtype=np.float32, shape=(1,), align=4)
+    if sms is None:
+        from utils.hardware import facts
+        sms = facts().sms
+    return SumProblem(x, out, n, np.dtype(x.dtype), int(sms))
+
+
+def fp32_only(p: SumProblem, name: str) -> None:
+    if p.dtype != np.float32:
+        raise Unsupported(f"{name} sums float32 only, got {p.dtype.name}; v4-v6 take bfloat16")
+
+
+def one_element_per_thread(p: SumProblem, name: str) -> None:
+    if ceil_div(p.n, THREADS) > MAX_GRID_X:
+        raise Unsupported(f"{name}: {p.n} elements need more than {MAX_GRID_X} blocks of {THREADS}; "
+                          "v4-v6 stride over any size")
 
 
 # --- launch geometry -------------------------------------------------------------------------------
@@ -84,48 +127,138 @@ def vec_grid(n: int, dtype, sms: int, blocks_per_sm: int = BLOCKS_PER_SM, cluste
     return ceil_div(g, cluster) * cluster
 
 
+def suffix(dtype) -> str:
+    """Kernel name suffix of a dtype: '' for float32, '_bf16' for bfloat16."""
+    return "" if np.dtype(dtype) == np.float32 else "_bf16"
+
+
+# --- plans -----------------------------------------------------------------------------------------
+
+def plan_v0(p: SumProblem, config=None) -> list[Launch]:
+    """v0: zero out, then n atomicAdds on out[0]."""
+    fp32_only(p, "v0_atomic")
+    one_element_per_thread(p, "v0_atomic")
+    return [Launch("reduce_v0_zero", (1, 1, 1), (1, 1, 1), (p.out,)),
+            Launch("reduce_v0_atomic", (ceil_div(p.n, THREADS), 1, 1), (THREADS, 1, 1),
+                   (p.x, p.out, np.int64(p.n)))]
+
+
+def tree_plan(kernel: str):
+    """v1-v3: one element per thread, one partial per block; launched again on the partials until one
+    value is left, ping-ponging between two scratch buffers."""
+    def plan(p: SumProblem, config=None) -> list[Launch]:
+        fp32_only(p, kernel)
+        one_element_per_thread(p, kernel)
+        grids = tree_passes(p.n)
+        bufs = (Workspace((grids[0],)), Workspace((max(1, ceil_div(grids[0], THREADS)),)))
+        launches, src, m = [], p.x, p.n
+        for k, g in enumerate(grids):
+            dst = p.out if g == 1 else bufs[k % 2]
+            launches.append(Launch(kernel, (g, 1, 1), (THREADS, 1, 1), (src, dst, np.int64(m))))
+            src, m = dst, g
+        return launches
+    plan.__name__ = f"plan_{kernel}"
+    return plan
+
+
+def plan_v4(p: SumProblem, config: VecGrid) -> list[Launch]:
+    """v4: grid-stride 16-byte loads, a partial per block; a second launch of one block sums the partials."""
+    g = vec_grid(p.n, p.dtype, p.sms, config.blocks_per_sm)
+    partial = Workspace((g,))
+    return [Launch("reduce_v4_vec" + suffix(p.dtype), (g, 1, 1), (THREADS, 1, 1), (p.x, partial, np.int64(p.n))),
+            Launch("reduce_v4_finish", (1, 1, 1), (THREADS, 1, 1), (partial, p.out, np.int32(g)))]
+
+
+def ticket_counter() -> Workspace:
+    """v5/v6's atomic ticket counter: zeroed once when bound; the last block sets it back to 0."""
+    return Workspace((1,), np.uint32, fill=0, every_launch=False)
+
+
+def plan_v5(p: SumProblem, config: VecGrid) -> list[Launch]:
+    """v5: v4 in one launch; the last block to finish sums the partials."""
+    g = vec_grid(p.n, p.dtype, p.sms, config.blocks_per_sm)
+    return [Launch("reduce_v5_lastblock" + suffix(p.dtype), (g, 1, 1), (THREADS, 1, 1),
+                   (p.x, Workspace((g,)), ticket_counter(), p.out, np.int64(p.n)))]
+
+
+def plan_v6(p: SumProblem, config: ClusterGrid) -> list[Launch]:
+    """v6: v5 with clusters of ``config.cluster`` blocks combining their totals through DSMEM."""
+    c = config.cluster
+    g = vec_grid(p.n, p.dtype, p.sms, config.blocks_per_sm, c)
+    return [Launch(f"reduce_v6_cluster{suffix(p.dtype)}_c{c}", (g, 1, 1), (THREADS, 1, 1),
+                   (p.x, Workspace((g // c,)), ticket_counter(), p.out, np.int64(p.n)), cluster=c)]
+
+
+VERSIONS = Registry("reduce", problem, [
+    Version("reduce_v0_atomic", "one atomicAdd per element on one address", SOURCE, plan_v0,
+            snippet="reduce_v0"),
+    Version("reduce_v1_interleaved",
+            "a shared-memory tree per block, interleaved addressing (divergent); partials reduced by further "
+            "launches", SOURCE, tree_plan("reduce_v1_interleaved"), parent="v0_atomic", snippet="reduce_v1"),
+    Version("reduce_v2_sequential",
+            "the same tree with sequential addressing: contiguous active threads, no bank conflicts",
+            SOURCE, tree_plan("reduce_v2_sequential"), parent="v1_interleaved", snippet="reduce_v2"),
+    Version("reduce_v3_shuffle", "warp shuffles inside each warp, shared memory only for the 8 warp totals",
+            SOURCE, tree_plan("reduce_v3_shuffle"), parent="v2_sequential", snippet="reduce_v3"),
+    Version("reduce_v4_vec",
+            "grid-stride 16-byte loads, 4 per iteration (~2 in flight), fp32 accumulators; a second tiny launch",
+            SOURCE, plan_v4, parent="v3_shuffle", snippet="reduce_v4", configs=VEC_CONFIGS,
+            default=lambda p: VecGrid(BLOCKS_PER_SM)),
+    Version("reduce_v5_lastblock", "one launch: the last block (atomic ticket) sums the partials in index order",
+            SOURCE, plan_v5, parent="v4_vec", snippet="reduce_v5", configs=VEC_CONFIGS,
+            default=lambda p: VecGrid(BLOCKS_PER_SM)),
+    Version("reduce_v6_cluster", "clusters of blocks combine their totals through DSMEM before the global step",
+            CLUSTER_SOURCE, plan_v6, parent="v5_lastblock", snippet="reduce_v6", configs=CLUSTER_CONFIGS,
+            default=lambda p: ClusterGrid(4, BLOCKS_PER_SM)),
+])
+
+BF16_VERSIONS = ("v4_vec", "v5_lastblock", "v6_cluster")
+
+
 # --- rounding-error bounds -------------------------------------------------------------------------
 
-def depth(version: str, n: int, dtype=np.float32, sms: int = 132, blocks_per_sm: int = BLOCKS_PER_SM,
-          cluster: int = CLUSTER) -> int:
-    """The most fp32 additions any one input element passes through on its way to the result.
+def depth(version: str, n: int, dtype=np.float32, sms: int = 132, config=None) -> int:
+    """The most fp32 additions any one input element passes through on its way to the result, for the
+    version labelled ``version`` with ``config`` (its default if None).
 
     Any order of summation with depth d satisfies |s - sum x| <= gamma_d * sum |x|,
     gamma_d = d u / (1 - d u) (Higham, Accuracy and Stability of Numerical Algorithms, ch. 4).
     A block_sum is 10 levels (5 shuffle levels per warp, 5 more in warp 0).
     """
     n = int(n)
-    if version == "v0_atomic":
+    label = VERSIONS[version].label
+    if label == "v0_atomic":
         return max(n - 1, 1)
-    if version in ("v1_interleaved", "v2_sequential", "v3_shuffle"):
+    if label in ("v1_interleaved", "v2_sequential", "v3_shuffle"):
         return 10 * len(tree_passes(n))
-    if version in ("v4_vec", "v5_lastblock", "v6_cluster"):
-        c = cluster if version == "v6_cluster" else 1
-        g = vec_grid(n, dtype, sms, blocks_per_sm, c)
-        chunks = n // per16(dtype)
-        per_thread = ceil_div(max(chunks, 1), g * THREADS)     # additions into one accumulator lane
-        lane_adds = per_thread * (2 if per16(dtype) == 8 else 1)
-        partials = ceil_div(g, c)
-        return lane_adds + 3 + 10 + (c - 1) + ceil_div(partials, THREADS) + 10
-    raise KeyError(f"unknown reduction version {version!r}")
+    if config is None:
+        config = ClusterGrid(4, BLOCKS_PER_SM) if label == "v6_cluster" else VecGrid(BLOCKS_PER_SM)
+    c = config.cluster if label == "v6_cluster" else 1
+    g = vec_grid(n, dtype, sms, config.blocks_per_sm, c)
+    chunks = n // per16(dtype)
+    per_thread = ceil_div(max(chunks, 1), g * THREADS)     # additions into one accumulator lane
+    lane_adds = per_thread * (2 if per16(dtype) == 8 else 1)
+    partials = ceil_div(g, c)
+    return lane_adds + 3 + 10 + (c - 1) + ceil_div(partials, THREADS) + 10
+
+
+def gamma(d: int) -> float:
+    du = d * U32
+    return du / (1 - du) if du < 1 else math.inf
 
 
 def error_bound(version: str, n: int, sum_abs: float, **kw) -> float:
-    """Largest |result - exact sum| the version's order of additions allows (worst case).
+    """Largest |result - exact sum| the version's order of additions allows (worst case); ``kw`` as
+    :func:`depth` takes them (dtype, sms, config).
 
     For v0 the worst case (n u sum|x|) says nothing at large n; there the bound is the probabilistic
     one of Higham and Mary (2019): with lambda = 8 the error stays under lambda sqrt(n) u sum|x| with
     probability 1 - 2 exp(-lambda^2 / 2), for rounding errors that behave as independent and unbiased.
     """
     d = depth(version, n, **kw)
-    if version == "v0_atomic":
+    if VERSIONS[version].label == "v0_atomic":
         return min(gamma(d), 8.0 * math.sqrt(n) * U32) * sum_abs
     return gamma(d) * sum_abs
-
-
-def gamma(d: int) -> float:
-    du = d * U32
-    return du / (1 - du) if du < 1 else math.inf
 
 
 def check_sum(got: float, ref: float, bound: float, name: str = "sum") -> float:
@@ -140,144 +273,56 @@ def check_sum(got: float, ref: float, bound: float, name: str = "sum") -> float:
     return err / abs(ref) if ref else err
 
 
-# --- kernels and scratch buffers -------------------------------------------------------------------
+def check_within_bound(version: str, x, out, config=None, name: str | None = None) -> float:
+    """Check the result a version left in ``out`` for input ``x`` against its own error bound (raises
+    CheckFailed); return the relative error."""
+    p = problem(x, out)
+    v = VERSIONS[version]
+    ref, sabs = reference(x)
+    bound = error_bound(v.label, p.n, sabs, dtype=p.dtype, sms=p.sms, config=v.resolve_config(p, config))
+    return check_sum(float(out[0]), ref, bound, name=name or f"{v.name} {p.dtype.name} n={p.n}")
 
-_scratch: dict = {}
 
+# --- inputs for the ladder, and the peers ----------------------------------------------------------
 
-def kernel(name: str):
-    """The CuPy kernel ``name`` (KernelSource.function is itself cheap per launch)."""
-    return SOURCE.function(name)
-
-
-def scratch(name: str, size: int, dtype=np.float32):
-    """A device buffer of at least ``size`` elements, kept per (device, name) and grown on demand.
-
-    Counters (uint32) are created zeroed; the kernels that use them leave them zero after each launch.
-    """
+def make_case(shape, dtype, rng):
+    """A ladder case: fresh N(1, 1) data of ``shape`` (n,) on the GPU (a well-conditioned sum: never near
+    zero), seeded from ``rng``, and an output of shape (1,)."""
     import cupy
-    key = (cupy.cuda.Device().id, name, np.dtype(dtype).str)
-    buf = _scratch.get(key)
-    if buf is None or buf.size < size:
-        buf = cupy.zeros(max(int(size), 1), dtype=dtype)
-        _scratch[key] = buf
-    return buf
+
+    from utils.arrays import random_normal
+    from utils.ladder import Case
+    x, _ = random_normal(tuple(shape), dtype, seed=int(rng.integers(2**31)))
+    x += x.dtype.type(1)
+    return Case((x, cupy.empty((1,), cupy.float32)))
 
 
-def _sms() -> int:
-    from utils.gpu import device_summary
-    return int(device_summary()["sms"])
+def reference_out(case):
+    """The float64 sum of a ladder case, shaped as the output (1,)."""
+    return np.array([reference(case.args[0])[0]])
 
 
-def _ptr(a) -> np.uint64:
-    return np.uint64(a.__cuda_array_interface__["data"][0])
-
-
-# --- launchers -------------------------------------------------------------------------------------
-
-def _validate(x, out, version: str, dtypes) -> int:
-    expect_array(x, "x", dtype=dtypes, ndim=1)
-    n = int(x.shape[0])
-    if n < 1:
-        raise ValueError(f"x: expected at least one element, got shape {tuple(x.shape)}")
-    if n >= 2**40:
-        raise ValueError(f"x: {n} elements is more than {version} handles (2**40)")
-    expect_array(out, "out", dtype=np.float32, shape=(1,), align=4)
-    if version in ("v0_atomic", "v1_interleaved", "v2_sequential", "v3_shuffle") \
-            and ceil_div(n, THREADS) > MAX_GRID_X:
-        raise ValueError(f"x: {n} elements need more than {MAX_GRID_X} blocks for {version}")
-    return n
-
-
-def launch_v0(x, out):
-    """v0: n atomicAdds on out[0] (zeroed first, in the same stream). fp32 only."""
-    n = _validate(x, out, "v0_atomic", (np.float32,))
+def peers() -> dict:
+    """The chapter's peers as ladder factories: CuPy's sum (CUB DeviceReduce for fp32) and torch.sum, on the
+    same memory, accumulating in float32; each returns its result as an array of shape (1,)."""
     import cupy
-    stream = cupy.cuda.get_current_stream()
-    cupy.cuda.runtime.memsetAsync(int(_ptr(out)), 0, 4, stream.ptr)
-    kernel("reduce_v0_atomic")((ceil_div(n, THREADS),), (THREADS,), (_ptr(x), out, np.int64(n)))
-    return out
+    import torch
+
+    from utils.arrays import as_torch, from_torch
+
+    def cupy_sum(case):
+        x = case.args[0]
+        return lambda: cupy.sum(x, dtype=cupy.float32).reshape(1)
+
+    def torch_sum(case):
+        xt = as_torch(case.args[0])
+        return lambda: from_torch(torch.sum(xt, dtype=torch.float32).reshape(1))
+    return {"cupy.sum": cupy_sum, "torch.sum": torch_sum}
 
 
-def _tree_launcher(version: str):
-    name = "reduce_" + version
-
-    def launch(x, out):
-        n = _validate(x, out, version, (np.float32,))
-        fn = kernel(name)
-        grids = tree_passes(n)
-        bufs = (scratch("tree_a", grids[0]), scratch("tree_b", ceil_div(grids[0], THREADS)))
-        src, m = _ptr(x), n
-        for k, g in enumerate(grids):
-            dst = out if g == 1 else bufs[k % 2]
-            fn((g,), (THREADS,), (src, dst, np.int64(m)))
-            src, m = _ptr(dst), g
-        return out
-    launch.__name__ = f"launch_{version}"
-    launch.__doc__ = (f"{version}: one element per thread, one partial per block of {THREADS}; launched again "
-                      "on the partials until one value is left (deterministic). fp32 only.")
-    return launch
-
-
-def _suffix(dtype) -> str:
-    return "" if np.dtype(dtype) == np.float32 else "_bf16"
-
-
-def launch_v4(x, out, *, blocks_per_sm: int = BLOCKS_PER_SM):
-    """v4: grid-stride 16-byte loads, a partial per block; a second launch sums the partials."""
-    n = _validate(x, out, "v4_vec", (np.float32, _bf16()))
-    g = vec_grid(n, x.dtype, _sms(), blocks_per_sm)
-    partial = scratch("partials", g)
-    kernel("reduce_v4_vec" + _suffix(x.dtype))((g,), (THREADS,), (_ptr(x), partial, np.int64(n)))
-    kernel("reduce_v4_finish")((1,), (THREADS,), (partial, out, np.int32(g)))
-    return out
-
-
-def launch_v5(x, out, *, blocks_per_sm: int = BLOCKS_PER_SM):
-    """v5: v4 in one launch; the last block to finish sums the partials (deterministic)."""
-    n = _validate(x, out, "v5_lastblock", (np.float32, _bf16()))
-    g = vec_grid(n, x.dtype, _sms(), blocks_per_sm)
-    name = "reduce_v5_lastblock" + _suffix(x.dtype)
-    partial, counter = scratch("partials", g), scratch("counter_" + name, 1, np.uint32)
-    kernel(name)((g,), (THREADS,), (_ptr(x), partial, counter, out, np.int64(n)))
-    return out
-
-
-def launch_v6(x, out, *, cluster: int = CLUSTER, blocks_per_sm: int = BLOCKS_PER_SM):
-    """v6: v5 with clusters of ``cluster`` blocks combining their totals through DSMEM (sm_90)."""
-    n = _validate(x, out, "v6_cluster", (np.float32, _bf16()))
-    if cluster not in CLUSTER_SIZES:
-        raise ValueError(f"cluster: expected one of {CLUSTER_SIZES} (compiled in reduction.cu), got {cluster}")
-    g = vec_grid(n, x.dtype, _sms(), blocks_per_sm, cluster)
-    name = f"reduce_v6_cluster{_suffix(x.dtype)}_c{cluster}"
-    partial, counter = scratch("partials", g // cluster), scratch("counter_" + name, 1, np.uint32)
-    kernel(name)((g,), (THREADS,), (_ptr(x), partial, counter, out, np.int64(n)))
-    return out
-
-
-VERSIONS = registry(
-    Version("reduce_v0_atomic", "v0_atomic", launch_v0,
-            "one atomicAdd per element on one address"),
-    Version("reduce_v1_interleaved", "v1_interleaved", _tree_launcher("v1_interleaved"),
-            "shared-memory tree, interleaved addressing (divergent); partials reduced by further launches"),
-    Version("reduce_v2_sequential", "v2_sequential", _tree_launcher("v2_sequential"),
-            "the same tree with sequential addressing: contiguous active threads, no bank conflicts"),
-    Version("reduce_v3_shuffle", "v3_shuffle", _tree_launcher("v3_shuffle"),
-            "warp shuffles inside each warp, shared memory only for the 8 warp totals"),
-    Version("reduce_v4_vec", "v4_vec", launch_v4,
-            "grid-stride 16-byte loads, 4 per iteration (~2 in flight), fp32 accumulators; second tiny launch"),
-    Version("reduce_v5_lastblock", "v5_lastblock", launch_v5,
-            "one launch: the last block (atomic ticket) sums the partials in index order"),
-    Version("reduce_v6_cluster", "v6_cluster", launch_v6,
-            "clusters of blocks combine their totals through DSMEM before the global step"),
-)
-
-BF16_VERSIONS = ("v4_vec", "v5_lastblock", "v6_cluster")
-BEST = "v5_lastblock"   # the chapter names the fastest version from its own run
-
-
-def reduce_sum(x, version: str = BEST):
+def reduce_sum(x, version: str = "v5_lastblock", config=None):
     """Sum ``x`` with one of :data:`VERSIONS` into a new float32 array of shape (1,)."""
     import cupy
     out = cupy.empty((1,), dtype=cupy.float32)
-    return VERSIONS[version].launch(x, out)
+    VERSIONS[version](x, out, config=config)
+    return out

@@ -1,62 +1,52 @@
-"""Every reduction version on fresh random data (mean 1, so the sum is well conditioned), poisoned
-outputs, sizes that are not multiples of any block or vector width, within each version's error bound;
-the single-pass versions bitwise reproducible."""
+"""Every reduction version on fresh seeded random data (mean 1, so the sum is well conditioned), poisoned
+outputs, sizes that are not multiples of any block or vector width, within each version's own error bound;
+exact integer sums for every config; the single-pass versions bitwise reproducible."""
 import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
+pytest.importorskip("ml_dtypes")
 
+SEED = 5
 SIZES = [1, 37, 199, 4099, (1 << 20) + 3]
 
 
-def _data(n, dtype):
-    import cupy
-    import ml_dtypes
-    x = cupy.random.standard_normal(n, dtype=cupy.float32) + 1
-    return x if dtype == "float32" else x.astype(ml_dtypes.bfloat16)
+def _labels():
+    from kernels import reduction as R
+    return list(R.VERSIONS)
 
 
-def _runnable_versions(dtype):
-    """(label, Version) of every version that takes ``dtype`` on this GPU (v6 needs clusters)."""
+def _version_or_skip(label, dtype="float32"):
     from kernels import reduction as R
     from utils.gpu import supports
-    for label, v in R.VERSIONS.items():
-        if dtype == "bfloat16" and label not in R.BF16_VERSIONS:
-            continue
-        if label == "v6_cluster" and not supports("clusters"):
-            continue
-        yield label, v
+    v = R.VERSIONS[label]
+    missing = [f for f in v.requires if not supports(f)]
+    if missing:
+        pytest.skip(f"{v.name} needs {', '.join(missing)}")
+    if dtype == "bfloat16" and label not in R.BF16_VERSIONS:
+        pytest.skip(f"{v.name} sums float32 only")
+    return v
+
+
+def _data(n, dtype, seed):
+    from utils.arrays import random_normal
+    x, _ = random_normal((n,), dtype, seed=seed)
+    x += x.dtype.type(1)
+    return x
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n", SIZES)
-def test_every_version_within_its_bound(n, dtype):
+@pytest.mark.parametrize("label", _labels())
+def test_version_within_its_bound(label, n, dtype):
     from kernels import reduction as R
     from utils.check import poisoned
-    from utils.gpu import device_summary
-    x = _data(n, dtype)
-    ref, sabs = R.reference(x)
-    for label, v in _runnable_versions(dtype):
-        out = poisoned((1,), np.float32)
-        v.launch(x, out)
-        bound = R.error_bound(label, n, sabs, dtype=x.dtype, sms=device_summary()["sms"])
-        R.check_sum(float(out[0]), ref, bound, name=f"{label} {dtype} n={n}")
-
-
-@pytest.mark.parametrize("cluster", [2, 4, 8])
-def test_cluster_sizes(cluster):
-    from kernels import reduction as R
-    from utils.check import poisoned
-    from utils.gpu import device_summary, supports
-    if not supports("clusters"):
-        pytest.skip("needs clusters (sm_90)")
-    for n in (37, (1 << 20) + 3):
-        x = _data(n, "float32")
-        ref, sabs = R.reference(x)
-        out = poisoned((1,), np.float32)
-        R.launch_v6(x, out, cluster=cluster)
-        bound = R.error_bound("v6_cluster", n, sabs, sms=device_summary()["sms"], cluster=cluster)
-        R.check_sum(float(out[0]), ref, bound, name=f"v6 c{cluster} n={n}")
+    v = _version_or_skip(label, dtype)
+    seed = SEED * 1000 + n
+    x = _data(n, dtype, seed)
+    out = poisoned((1,), np.float32)
+    v(x, out)
+    R.check_within_bound(label, x, out, name=f"{v.name} {dtype} n={n} (seed {seed})")
 
 
 # Small non-negative integers: every partial sum is an integer below 2**24, so fp32 adds them exactly in
@@ -65,82 +55,73 @@ def test_cluster_sizes(cluster):
 EXACT = [(1, 8), (37, 8), (4099, 8), ((1 << 20) + 3, 8), (3 * (1 << 22) + 5, 2)]
 
 
-def _ints(n, high, dtype):
+def _ints(n, high, dtype, seed):
     import cupy
-    import ml_dtypes
-    k = cupy.random.randint(0, high, size=n, dtype=cupy.int32)
+
+    from utils.arrays import bf16
+    k = cupy.asarray(np.random.default_rng(seed).integers(0, high, size=n, dtype=np.int32))
     exact = int(k.sum(dtype=cupy.int64))
     assert exact < 2**24
     x = k.astype(cupy.float32)
-    return (x if dtype == "float32" else x.astype(ml_dtypes.bfloat16)), exact
+    return (x if dtype == "float32" else x.astype(bf16())), exact
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n,high", EXACT)
-def test_every_element_counted_exactly_once(n, high, dtype):
+@pytest.mark.parametrize("label", _labels())
+def test_every_element_counted_exactly_once(label, n, high, dtype):
     from utils.check import poisoned
-    x, exact = _ints(n, high, dtype)
-    for label, v in _runnable_versions(dtype):
-        out = poisoned((1,), np.float32)
-        v.launch(x, out)
-        got = float(out[0])
-        assert got == exact, f"{label} {dtype} n={n}: got {got!r}, expected exactly {exact}"
+    v = _version_or_skip(label, dtype)
+    x, exact = _ints(n, high, dtype, SEED + n)
+    out = poisoned((1,), np.float32)
+    v(x, out)
+    got = float(out[0])
+    assert got == exact, f"{v.name} {dtype} n={n} (seed {SEED + n}): got {got!r}, expected exactly {exact}"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("blocks_per_sm", [1, 3, 32])
-def test_grid_sizes_exact(blocks_per_sm, dtype):
-    """Other grids than the default one wave: 1 and 3 blocks per SM (v6 rounds 396 blocks up to 400 for
-    clusters of 8), 32 per SM (4 waves, more than 1024 partials: the 4-load loop of sum_partials)."""
-    import functools
-
-    from kernels import reduction as R
+@pytest.mark.parametrize("label", ["v4_vec", "v5_lastblock", "v6_cluster"])
+def test_every_config_exact(label, dtype):
+    """Every instantiated grid: 1 block per SM (v6 rounds 132 blocks up to whole clusters), 32 per SM (4 waves,
+    more than 1024 partials: the 4-load loop of sum_partials), every cluster size."""
     from utils.check import poisoned
-    from utils.gpu import supports
+    v = _version_or_skip(label, dtype)
     n = 3 * (1 << 22) + 5
-    x, exact = _ints(n, 2, dtype)
-    launches = {"v4": functools.partial(R.launch_v4, blocks_per_sm=blocks_per_sm),
-                "v5": functools.partial(R.launch_v5, blocks_per_sm=blocks_per_sm)}
-    if supports("clusters"):
-        for c in R.CLUSTER_SIZES:
-            launches[f"v6 c{c}"] = functools.partial(R.launch_v6, cluster=c, blocks_per_sm=blocks_per_sm)
-    for name, launch in launches.items():
+    x, exact = _ints(n, 2, dtype, SEED)
+    for cfg in v.all_configs():
         out = poisoned((1,), np.float32)
-        launch(x, out)
+        v(x, out, config=cfg)
         got = float(out[0])
-        assert got == exact, f"{name} {dtype} {blocks_per_sm} blocks/SM: got {got!r}, expected exactly {exact}"
+        assert got == exact, f"{v.name} {dtype} {cfg} (seed {SEED}): got {got!r}, expected exactly {exact}"
 
 
-def test_single_pass_is_bitwise_reproducible_and_rearms():
-    from kernels import reduction as R
-    x = _data((1 << 24) + 5, "float32")
-    from utils.gpu import supports
-    for label in ("v4_vec", "v5_lastblock", "v6_cluster"):
-        if label == "v6_cluster" and not supports("clusters"):
-            continue
-        bits = set()
-        for _ in range(5):
-            out = R.reduce_sum(x, label)
-            bits.add(int(out.view(np.uint32)[0]))
-        assert len(bits) == 1, f"{label}: {len(bits)} different results from the same input"
-
-
-def test_counter_is_rearmed_between_sizes():
-    from kernels import reduction as R
-    for n in (5, 1 << 16, 3):
-        x = _data(n, "float32")
-        ref, sabs = R.reference(x)
-        out = R.reduce_sum(x, "v5_lastblock")
-        R.check_sum(float(out[0]), ref, R.error_bound("v5_lastblock", n, sabs), name=f"v5 n={n}")
-
-
-def test_launchers_reject_bad_arguments():
+@pytest.mark.parametrize("label", ["v1_interleaved", "v4_vec", "v5_lastblock", "v6_cluster"])
+def test_bitwise_reproducible_and_rearmed(label):
+    """The same input gives the same bits, launch after launch of one bound plan (v5/v6: the last block
+    re-arms the ticket counter, or the second launch would never find its last block)."""
     import cupy
+    v = _version_or_skip(label)
+    x = _data((1 << 24) + 5, "float32", SEED)
+    out = cupy.full((1,), np.nan, cupy.float32)
+    run = v.bind(x, out)
+    bits = set()
+    for _ in range(5):
+        out.fill(np.nan)
+        run()
+        bits.add(int(out.view(np.uint32)[0]))
+    assert len(bits) == 1, f"{v.name}: {len(bits)} different results from the same input (seed {SEED})"
+    assert np.isfinite(float(out[0]))
+
+
+def test_device_arrays_rejected_with_a_reason():
+    import cupy
+
     from kernels import reduction as R
+    v = R.VERSIONS["v5_lastblock"]
     x = cupy.ones(64, cupy.float32)
     with pytest.raises(ValueError, match=r"expected shape \(1\)"):
-        R.launch_v5(x, cupy.empty(2, cupy.float32))
+        v(x, cupy.empty(2, cupy.float32))
     with pytest.raises(ValueError, match="C-contiguous"):
-        R.launch_v5(x[::2], cupy.empty(1, cupy.float32))
+        v(x[::2], cupy.empty(1, cupy.float32))
     with pytest.raises(ValueError, match="aligned"):
-        R.launch_v5(x[1:], cupy.empty(1, cupy.float32))
+        v(x[1:], cupy.empty(1, cupy.float32))
