@@ -20,7 +20,7 @@ import cupy  # noqa: E402
 import torch  # noqa: E402
 
 from kernels import quant as Q  # noqa: E402
-from kernels.softmax import as_torch, from_torch  # noqa: E402
+from utils.arrays import as_torch, from_torch  # noqa: E402
 from utils.bench import bench  # noqa: E402
 from utils.check import rel_l2_error  # noqa: E402
 
