@@ -258,3 +258,31 @@ def conflict_ways(banks) -> int:
 def smem_bytes(blocks: int, reps: int) -> int:
     """Bytes all warps load from shared memory in one ``smem_read`` launch."""
     return blocks * BLOCK * reps * TILE * 4
+
+
+# --- chapter 2's L2 read sweep, read back: where the bandwidth falls ---------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class L2Fall:
+    plateau_gbps: float       # median bandwidth of the working sets below half the L2
+    lowest_within: float      # the lowest bandwidth at a working set up to the L2 size, as a fraction of it
+    lowest_within_mib: float  # ... and that working set
+    first_beyond: float       # the bandwidth at the first working set past the L2, as a fraction of it
+    first_beyond_mib: float   # ... and that working set
+
+
+def l2_fall(entries, l2_bytes: int) -> L2Fall:
+    """Summarise an L2 read sweep (entries with ``working_set_mib`` and ``metric`` in GB/s): how far the
+    bandwidth drops inside the L2 and at the first working set beyond it."""
+    pts = sorted((float(e["working_set_mib"]), float(e["metric"])) for e in entries)
+    l2_mib = l2_bytes / 2**20
+    below_half = [g for w, g in pts if w < l2_mib / 2]
+    within = [(g, w) for w, g in pts if w <= l2_mib]
+    beyond = [(w, g) for w, g in pts if w > l2_mib]
+    if not below_half or not within or not beyond:
+        raise ValueError(f"expected sweep points below {l2_mib / 2:g} MiB, up to {l2_mib:g} MiB and beyond it, "
+                         f"got working sets {[w for w, _ in pts]}")
+    plateau = float(np.median(below_half))
+    g_in, w_in = min(within)
+    w_out, g_out = beyond[0]
+    return L2Fall(plateau, g_in / plateau, w_in, g_out / plateau, w_out)

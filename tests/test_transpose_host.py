@@ -161,3 +161,14 @@ def test_copy_width_plans(label):
     assert v.supports(odd) == (6 % width == 0)
     if width == 4:
         assert "multiple of the vector width" in v.why_not(odd)
+
+
+def test_l2_fall_reads_a_sweep():
+    def e(mib, gbps):
+        return {"working_set_mib": mib, "metric": gbps}
+    sweep = [e(4, 9600), e(20, 9000), e(28, 9100), e(44, 8000), e(60, 8300), e(72, 7300), e(256, 5000)]
+    f = M.l2_fall(sweep, 60 << 20)
+    assert f.plateau_gbps == 9100 and f.first_beyond_mib == 72 and f.lowest_within_mib == 44
+    assert f.lowest_within == pytest.approx(8000 / 9100) and f.first_beyond == pytest.approx(7300 / 9100)
+    with pytest.raises(ValueError, match="beyond"):
+        M.l2_fall(sweep[:5], 60 << 20)
