@@ -14,6 +14,7 @@ ceiling. Budget: about 110 s on the H200 (torch.compile only with --compile)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -65,29 +66,14 @@ EARLY_LABEL = {"layernorm": ("v8_early_arrive", "v6_shift"), "rmsnorm": ("v6_ear
 BENCH = dict(target_ms=30, max_reps=50)
 
 
-def stream_info(op, dtype, n, lay, rows):
-    """'G=<clusters> r=<registers> b=<CTAs per SM>' of a stream launch, from the launch plan and ptxas."""
-    from kernels.simt import occupancy_estimate
-    from utils.build import compile_source
-    kernel = L.VERSIONS[op][STREAM_LABEL[op]].kernel
-    comp = compile_source(L.SOURCE_STREAM)
-    regs = comp.report[comp.symbols[L.stream_name_expression(kernel, dtype, lay)]]["registers"]
-    blocks = min(occupancy_estimate(regs, lay.threads), L.stream_ctas_per_sm(lay, dtype))
-    dt = NP_DTYPE[dtype]
-    x = cupy.empty((rows, n), dt)
-    w = cupy.empty(n, dt)
-    _, grid, *_ = L._plan(op, kernel, x, w, w if op == "layernorm" else None, x, 1e-5, lay)
-    return f"G={grid[0] // lay.cluster} r={regs} b={blocks}"
-
-
-def raw_info(op, label, dtype, lay):
-    """'r=<registers> b=<blocks per SM>' of a raw (or early-arrive) instance, from ptxas."""
-    from kernels.simt import occupancy_estimate
-    from utils.build import compile_source
-    comp = compile_source(L.SOURCE_RAW)
-    kernel = L.VERSIONS[op][label].kernel
-    regs = comp.report[comp.symbols[L.name_expression(kernel, dtype, L.VEC16[dtype], lay)]]["registers"]
-    return f"r={regs} b={occupancy_estimate(regs, lay.threads)}"
+def instance_info(op, label, dtype, lay, rows, n):
+    """'G=<clusters> r=<registers> b=<blocks per SM>' of the launch the version plans for this layout: the
+    persistent grid (streams), ptxas' registers and utils.occupancy's blocks per SM."""
+    from utils.occupancy import from_function
+    (ln,) = L.VERSIONS[op][label].launches(L.shape_problem(op, rows, n, dtype), lay)
+    report = L.ptxas_of(ln if ln.source else dataclasses.replace(ln, source=L.VERSIONS[op][label].source))
+    grid = f"G={ln.grid[0] // ln.cluster} " if ln.persistent else ""
+    return f"{grid}r={report['registers']} b={from_function(report, ln.threads, ln.smem).blocks}"
 
 
 def main():
@@ -107,8 +93,8 @@ def main():
             setattr(torch._dynamo.config, name, 64)
 
     t = time.perf_counter()
-    L.SOURCE_RAW.function(L.name_expression("rmsnorm_v4_raw", "float32", 4, L.RAW_LAYOUTS["float32"][0]))
-    L.SOURCE_STREAM.function(L.stream_name_expression("rmsnorm_v5_stream", "float32", L.STREAM_LAYOUTS["float32"][0]))
+    for src in (L.V5_CLUSTER_SOURCE, L.V6_CLUSTER_SOURCE, L.V7_SOURCE, L.V8_SOURCE):
+        src.function(src.name_expressions[0])
     print(f"# NVRTC compiles: {time.perf_counter() - t:.1f} s", flush=True)
     copy = copy_gbps(target_ms=100)
     print(f"# copy ceiling: {copy:.0f} GB/s (read + write)", flush=True)
@@ -164,11 +150,11 @@ def main():
                 for name, label, lay in candidates(op, dtype, n):
                     try:
                         y[...] = poisoned(shape, dt)
-                        fn = L.bind(op, label, x, w, b, y, layout=lay)
-                        if label == STREAM_LABEL[op]:
-                            name = f"{name} {stream_info(op, dtype, n, lay, rows)}"
-                        elif label in EARLY_LABEL[op] and lay in L.EARLY_ALL_LAYOUTS[dtype]:
-                            name = f"{name} {raw_info(op, label, dtype, lay)}"
+                        fn = L.VERSIONS[op][label].bind(*((x, w, b, y) if op == "layernorm" else (x, w, y)),
+                                                        config=lay)
+                        if label == STREAM_LABEL[op] or (label in EARLY_LABEL[op]
+                                                         and lay in L.EARLY_ALL_LAYOUTS[dtype]):
+                            name = f"{name} {instance_info(op, label, dtype, lay, rows, n)}"
                         fn()
                         err = assert_close(y, ref, dtype=dtype, name=f"{name} {dtype} {shape}")
                         tm = bench(fn, **BENCH)

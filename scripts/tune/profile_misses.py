@@ -66,10 +66,9 @@ def row_targets() -> dict:
         ys = cupy.empty_like(xs)
         name = f"{np.dtype(dt).name} {shape[0]}x{shape[1]}"
         ln, rms = L.pick("layernorm", shape[1], dt), L.pick("rmsnorm", shape[1], dt)
-        out[f"layernorm {name} ({ln})"] = L.bind("layernorm", ln, xs, w, b, ys,
-                                                 layout=L.pick_layout("layernorm", shape[1], dt))
-        out[f"rmsnorm {name} ({rms})"] = L.bind("rmsnorm", rms, xs, w, None, ys,
-                                               layout=L.pick_layout("rmsnorm", shape[1], dt))
+        out[f"layernorm {name} ({ln})"] = L.LAYERNORM[ln].bind(xs, w, b, ys,
+                                                               config=L.pick_layout("layernorm", shape[1], dt))
+        out[f"rmsnorm {name} ({rms})"] = L.RMSNORM[rms].bind(xs, w, ys, config=L.pick_layout("rmsnorm", shape[1], dt))
     return out
 
 
