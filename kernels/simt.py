@@ -237,6 +237,57 @@ VECTOR_ADD = Registry("vector_add", vector_add_problem, [
 ])
 
 
+# --- the chapter's ladder ---------------------------------------------------------------------------
+
+CHAPTER_N = 1 << 28
+ODD_SIZES = ((1,), (37,), (199,), ((1 << 20) + 3,))   # a tail only, partial blocks, n % 4 != 0
+
+
+def make_case(shape, dtype, rng, xp=None):
+    """Fresh standard-normal a, b (float32) and an output c: a utils.ladder.Case."""
+    from utils.ladder import Case
+    if xp is None:
+        import cupy as xp
+    a, b = (xp.asarray(rng.standard_normal(shape, dtype=np.float32)) for _ in range(2))
+    return Case((a, b, xp.empty(shape, dtype=np.float32)))
+
+
+def peers() -> dict:
+    """cupy.add and (where torch is installed) torch.add, writing into the ladder's own output."""
+    def cupy_peer(case):
+        import cupy
+        a, b, c = case.args
+        return lambda: cupy.add(a, b, out=c)
+
+    out = {"cupy.add": cupy_peer}
+    try:
+        import torch
+    except ImportError:
+        return out
+
+    def torch_peer(case):
+        from utils.arrays import as_torch
+        a, b, c = (as_torch(t) for t in case.args)
+
+        def run():
+            torch.add(a, b, out=c)
+            return case.args[2]
+        return run
+
+    out["torch.add"] = torch_peer
+    return out
+
+
+def ladder(rec, shapes=((CHAPTER_N,),), seed: int = 1):
+    """Chapter 1's ladder: every version checked bit for bit (fp32 addition is correctly rounded) on
+    ODD_SIZES with poisoned outputs, timed on ``shapes`` beside cupy.add, torch.add and the 1 GiB copy."""
+    from utils.ladder import Ladder
+    return Ladder(rec, VECTOR_ADD, shapes=shapes, dtypes=["float32"], make=make_case,
+                  reference=lambda case: vector_add_ref(*case.args[:2]),
+                  nbytes=lambda shape, dtype: vector_add_nbytes(shape[0]), flops=None,
+                  odd_shapes=ODD_SIZES, peers=peers(), tol={"float32": 0.0}, ceiling="copy", seed=seed)
+
+
 # --- branch divergence -------------------------------------------------------------------------------
 
 BRANCH_KERNELS = {"lane": "branch_by_lane", "warp": "branch_by_warp"}

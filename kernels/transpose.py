@@ -118,3 +118,49 @@ def transpose(x, version: str = BEST):
     expect_array(x, "x", dtype=np.float32, ndim=2)
     out = cupy.empty((x.shape[1], x.shape[0]), dtype=x.dtype)
     return VERSIONS[version](x, out)
+
+
+# --- the chapter's ladder ---------------------------------------------------------------------------
+
+CHAPTER_SHAPE = (8192, 8192)
+ODD_SHAPES = ((1823, 781), (1, 37), (199, 1))     # not multiples of any tile (8, 32, 64, 128)
+
+
+def make_case(shape, dtype, rng, xp=None):
+    """Fresh standard-normal x (rows x cols, float32) and an output buffer: a utils.ladder.Case."""
+    from utils.ladder import Case
+    if xp is None:
+        import cupy as xp
+    x = xp.asarray(rng.standard_normal(tuple(shape), dtype=np.float32))
+    return Case((x, xp.empty((shape[1], shape[0]), dtype=np.float32)))
+
+
+def peers() -> dict:
+    """What a reader would write instead, on the ladder's own data: CuPy's and PyTorch's contiguous copy of
+    the transposed view (PyTorch through DLPack on the same memory; left out where torch is missing)."""
+    def cupy_peer(case):
+        import cupy
+        return lambda: cupy.ascontiguousarray(case.args[0].T)
+
+    out = {"cupy.ascontiguousarray": cupy_peer}
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return out
+
+    def torch_peer(case):
+        from utils.arrays import as_torch, from_torch
+        xt = as_torch(case.args[0])
+        return lambda: from_torch(xt.t().contiguous())
+
+    out["torch.t().contiguous()"] = torch_peer
+    return out
+
+
+def ladder(rec, shapes=(CHAPTER_SHAPE,), seed: int = 4):
+    """Chapter 4's ladder: every version checked bit for bit on ODD_SHAPES (outputs poisoned), timed on
+    ``shapes`` beside the peers and the 1 GiB copy of the same run."""
+    from utils.ladder import Ladder
+    return Ladder(rec, VERSIONS, shapes=shapes, dtypes=["float32"], make=make_case,
+                  reference=lambda case: reference(case.args[0]), nbytes=lambda shape, dtype: nbytes(*shape),
+                  odd_shapes=ODD_SHAPES, peers=peers(), tol={"float32": 0.0}, ceiling="copy", seed=seed)

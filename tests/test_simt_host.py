@@ -265,3 +265,15 @@ def test_ptx_helpers():
         simt.ptx_entry(ptx, "k2")
 
 
+
+
+def test_the_chapter_ladder_and_its_cases():
+    from tests.test_version_ladder import FakeRecord
+    lad = simt.ladder(FakeRecord())
+    assert lad.registry is simt.VECTOR_ADD and lad.shapes == [(simt.CHAPTER_N,)] and lad.tol == {"float32": 0.0}
+    assert (1,) in lad.odd_shapes and "cupy.add" in lad.peers
+    case = simt.make_case((37,), np.float32, np.random.default_rng(SEED), xp=np)
+    a, b, c = case.args
+    assert c.shape == (37,) and case.out is c
+    np.testing.assert_array_equal(lad.reference(case), a + b, err_msg=f"seed {SEED}")
+    assert lad.cost((37,), np.float32)["nbytes"] == 12 * 37

@@ -172,3 +172,14 @@ def test_l2_fall_reads_a_sweep():
     assert f.lowest_within == pytest.approx(8000 / 9100) and f.first_beyond == pytest.approx(7300 / 9100)
     with pytest.raises(ValueError, match="beyond"):
         M.l2_fall(sweep[:5], 60 << 20)
+
+
+def test_the_chapter_ladder_and_its_cases():
+    from tests.test_version_ladder import FakeRecord
+    lad = T.ladder(FakeRecord())
+    assert lad.registry is T.VERSIONS and lad.shapes == [T.CHAPTER_SHAPE] and lad.tol == {"float32": 0.0}
+    assert lad.odd_shapes == [tuple(s) for s in T.ODD_SHAPES] and "cupy.ascontiguousarray" in lad.peers
+    case = T.make_case((3, 5), np.float32, np.random.default_rng(0), xp=np)
+    x, out = case.args
+    assert x.shape == (3, 5) and out.shape == (5, 3) and case.out is out
+    assert np.array_equal(lad.reference(case), x.T)
