@@ -942,3 +942,58 @@ def test_gemv_tiled_pack_puts_each_tile_rows_back_to_back(rng, K, N):
     with pytest.raises(ValueError, match="int32"):
         Q.pack_gemv_tiled(qweight.astype(np.int64))
 
+
+
+# --- the chapter's two pictures are drawn from the kernels' own definitions ----------------------------
+
+def test_bf16_magic_picture_encodes_128_plus_q():
+    from kernels.quant import figures as F
+    assert F.bf16_fields(F.MAGIC_BF16) == (0, 134, 0) and F.bf16_value(F.MAGIC_BF16) == 128.0
+    for q in range(16):
+        assert F.bf16_value(F.MAGIC_BF16 | q) == 128 + q
+    with pytest.raises(ValueError, match="16-bit"):
+        F.bf16_fields(1 << 16)
+
+
+@pytest.mark.parametrize("lane", [0, 5, 31])
+def test_fragment_picture_pairs_nibbles_i_and_i_plus_4_in_one_column(lane):
+    from kernels.quant import figures as F
+    grid = F.fragment_owner_grid(lane)
+    g, t = lane // 4, lane % 4
+    assert sorted(grid[grid >= 0].tolist()) == list(range(8))
+    for i in range(4):
+        (k0, n0), (k1, n1) = (np.argwhere(grid == i)[0], np.argwhere(grid == i + 4)[0])
+        assert n0 == n1 and k1 == k0 + 1 and k0 in (2 * t, 2 * t + 8) and n0 in (g, g + 8)
+
+
+def test_figures_draw(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from kernels.quant import figures as F
+    fig, axes = plt.subplots(1, 2)
+    F.draw_bf16_magic(axes[0])
+    F.draw_fragment_order(axes[1])
+    fig.savefig(tmp_path / "f.png")
+    plt.close(fig)
+
+
+# --- the chapter's ladders ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("K,N", [(128, 16), (256, 48)])
+def test_mma_codes_undoes_pack_mma(rng, K, N):
+    from kernels.quant.ladders import mma_codes
+    q = rng.integers(0, 16, (K, N)).astype(np.uint8)
+    assert (mma_codes(Q.pack_mma(q)) == q).all(), f"seed {SEED}"
+
+
+def test_ladders_are_built_on_the_registries():
+    from kernels.quant import ladders
+    g = ladders.gemv_ladder(rec=None, shapes=[(1, 8192, 8192)])
+    m = ladders.gemm_ladder(rec=None, shapes=[(16, 8192, 8192)], tinygemm=False)
+    assert g.registry is Q.GEMV and m.registry is Q.GEMM and g.ceiling == m.ceiling == "same_bytes"
+    assert list(g.peers) == ["cublas_bf16", "torch_int4pack_mm"] and list(m.peers) == ["cublas_bf16"]
+    assert g.cost((1, 8192, 8192), "bfloat16")["nbytes"] == Q.gemv_nbytes(8192, 8192)
+    assert m.cost((16, 8192, 8192), "bfloat16")["nbytes"] == Q.gemm_nbytes(16, 8192, 8192)
+    assert all(s[0] == 1 for s in ladders.GEMV_ODD) and max(s[0] for s in ladders.GEMM_ODD) == 64
+    assert any(s[2] % 16 == 0 for s in ladders.GEMV_ODD), "v4 needs one odd shape with N % 16 == 0"

@@ -1,0 +1,136 @@
+"""Chapter 9's two ladders (utils.ladder.Ladder) over the W4A16 GEMV and GEMM registries: how to make a
+problem of a shape, its reference, its cost, and the peers timed beside the versions (cuBLAS bf16 on the
+same weights dequantized, PyTorch's tinygemm on the same INT4 codes). Shapes are (M, K, N); the GEMV's M
+is 1. Everything random comes from the ladder's seeded generator."""
+from __future__ import annotations
+
+import numpy as np
+
+from utils.ladder import Case, Ladder
+
+from .formats import (BF16, GROUP, dequantize_int4, gemm_nbytes, gemv_nbytes, gemv_reference, pack_gemv_tiled,
+                      pack_gptq, pack_mma, pack_tinygemm, random_int4_problem, unpack_nibbles)
+from .gemm import GEMM
+from .gemv import GEMV
+
+GEMV_ODD = [(1, 128, 40), (1, 1152, 1040), (1, 4224, 4104)]          # partial tiles, one and 33 groups
+GEMM_ODD = [(1, 128, 48), (5, 384, 272), (17, 1152, 80), (37, 256, 1040), (64, 1152, 400)]
+
+
+def int4_weights(K: int, N: int, rng: np.random.Generator):
+    """(q, z, s) on the GPU from one draw of ``rng``."""
+    return random_int4_problem(K, N, seed=int(rng.integers(2**31)))
+
+
+def activations(M: int, K: int, rng: np.random.Generator):
+    import cupy
+    return cupy.random.RandomState(int(rng.integers(2**31))).standard_normal((M, K), dtype=cupy.float32).astype(BF16)
+
+
+def make_gemv(shape, dtype, rng) -> Case:
+    """(x, qweight, qzeros, scales, out) in GPTQ's layout, and the copies v4 (qmma) and v6 (qtiled) read."""
+    import cupy
+    M, K, N = shape
+    if M != 1:
+        raise ValueError(f"the GEMV ladder takes M = 1, got shape {shape}")
+    q, z, s = int4_weights(K, N, rng)
+    qweight, qzeros = pack_gptq(q, z)
+    kw = {"qtiled": pack_gemv_tiled(qweight)}
+    if N % 16 == 0:
+        kw["qmma"] = pack_mma(q)
+    return Case((activations(1, K, rng), qweight, qzeros, s, cupy.empty((1, N), BF16)), outputs=(4,), kwargs=kw)
+
+
+def make_gemm(shape, dtype, rng) -> Case:
+    """(a, qmma, qzeros, scales, out): the weights shuffled into mma B-fragment order."""
+    import cupy
+    M, K, N = shape
+    q, z, s = int4_weights(K, N, rng)
+    return Case((activations(M, K, rng), pack_mma(q), pack_gptq(q, z)[1], s, cupy.empty((M, N), BF16)), outputs=(4,))
+
+
+def codes(case: Case):
+    """(q [K, N], z [K/128, N], s) of a case, unpacked from what the kernels read."""
+    a, w, qzeros, s = case.args[:4]
+    z = unpack_nibbles(qzeros, 1)
+    if w.ndim == 2:                                               # GPTQ qweight
+        return unpack_nibbles(w, 0), z, s
+    return mma_codes(w), z, s
+
+
+def mma_codes(qmma):
+    """The inverse of pack_mma: q [K, N] from qmma [N/16, K/64, 32, 4] (exact)."""
+    from .formats import array_module, mma_fragment_map
+    xp = array_module(qmma)
+    nt, kc = int(qmma.shape[0]), int(qmma.shape[1])
+    words = qmma.view(xp.uint32).transpose(1, 3, 0, 2).reshape(kc * 4, nt, 32)     # [K/16, N/16, 32]
+    dk, dn = (xp.asarray(m) for m in mma_fragment_map())
+    q = xp.zeros((kc * 4, nt, 16, 16), dtype=xp.uint8)                              # [kt, nt, dk, dn]
+    lanes = xp.arange(32)
+    for i in range(8):
+        q[:, :, dk[lanes, i], dn[lanes, i]] = ((words >> (4 * i)) & 0xF).astype(xp.uint8)
+    return xp.ascontiguousarray(q.transpose(0, 2, 1, 3).reshape(kc * 64, nt * 16))
+
+
+def dense_weights(case: Case):
+    """W [K, N] fp32 holding exactly the bf16 values the kernels' B fragments (and cuBLAS's W) hold."""
+    import cupy
+    q, z, s = codes(case)
+    return dequantize_int4(q, s, z).astype(BF16).astype(cupy.float32)
+
+
+def gemv_ref(case: Case):
+    x, qweight, qzeros, s = case.args[:4]
+    return gemv_reference(x, qweight, qzeros, s)
+
+
+def gemm_ref(case: Case):
+    import cupy
+    return case.args[0].astype(cupy.float32) @ dense_weights(case)
+
+
+def cublas_peer(case: Case):
+    """cuBLAS bf16 (cupy.matmul) on the same weights dequantized to bf16: what a reader would otherwise run."""
+    import cupy
+    a, out = case.args[0], case.args[4]
+    w = dense_weights(case).astype(BF16)
+    y = cupy.empty(out.shape, BF16)
+    return lambda: cupy.matmul(a, w, out=y)
+
+
+def tinygemm_peer(case: Case):
+    """PyTorch's own W4A16 kernel (torch._weight_int4pack_mm, tinygemm) on the same INT4 codes."""
+    import torch
+
+    from utils.arrays import as_torch, from_torch
+    q, z, s = codes(case)
+    w, sz = pack_tinygemm(q, z, s)
+    a = as_torch(case.args[0])
+    return lambda: from_torch(torch._weight_int4pack_mm(a, w, GROUP, sz))
+
+
+def gemv_cost(shape, dtype) -> int:
+    return gemv_nbytes(shape[1], shape[2])
+
+
+def gemm_cost(shape, dtype) -> int:
+    return gemm_nbytes(*shape)
+
+
+def peers(tinygemm: bool) -> dict:
+    out = {"cublas_bf16": cublas_peer}
+    if tinygemm:
+        out["torch_int4pack_mm"] = tinygemm_peer
+    return out
+
+
+def gemv_ladder(rec, shapes, *, seed: int = 9, tinygemm: bool = True) -> Ladder:
+    """The GEMV ladder: checked on GEMV_ODD, timed on ``shapes`` beside a copy of the same bytes."""
+    return Ladder(rec, GEMV, shapes=shapes, dtypes=["bfloat16"], make=make_gemv, reference=gemv_ref,
+                  nbytes=gemv_cost, odd_shapes=GEMV_ODD, peers=peers(tinygemm), ceiling="same_bytes", seed=seed)
+
+
+def gemm_ladder(rec, shapes, *, seed: int = 9, tinygemm: bool = True) -> Ladder:
+    """The GEMM ladder: checked on GEMM_ODD (M = 1 .. 64), timed on ``shapes`` beside a copy of the same bytes."""
+    return Ladder(rec, GEMM, shapes=shapes, dtypes=["bfloat16"], make=make_gemm, reference=gemm_ref,
+                  nbytes=gemm_cost, odd_shapes=GEMM_ODD, peers=peers(tinygemm), ceiling="same_bytes", seed=seed)
