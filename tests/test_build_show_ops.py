@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from tests.fakes import FakeDeviceArray
 from utils.build import CompileError, KernelSource, compile_source, local_includes, parse_ptxas
 from utils.ops import Version, expect_array, registry
 from utils.show import SnippetError, snippets
@@ -61,15 +62,6 @@ def test_compile_reports_resources_and_follows_includes(tmp_path, monkeypatch):
 def test_hopper_sources_build_for_sm90a():
     assert KernelSource("x.cu", hopper=True).arch("sm_80") == "sm_90a"
     assert KernelSource("x.cu").arch("sm_80") == "sm_80"
-
-
-class FakeDeviceArray:
-    """Just enough of a device array for launcher validation, without a GPU."""
-
-    def __init__(self, shape, dtype, ptr=0x10000, strides=None):
-        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
-        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.dtype.str,
-                                         "data": (ptr, False), "strides": strides, "version": 3}
 
 
 def test_expect_array_accepts_good_input():
