@@ -230,8 +230,10 @@ PARTS = {
 DEFAULT_PART = "H200"                      # the book's GPU: what a CPU plan assumes
 
 
+@functools.cache
 def part_facts(part: str) -> Facts:
-    """Facts of a named part ('H200', 'H100', 'A100') from documents: no device is asked."""
+    """Facts of a named part ('H200', 'H100', 'A100') from documents: no device is asked. Cached: a
+    kernel's CPU plan may ask on every call."""
     key = part.upper()
     if key not in PARTS:
         raise ValueError(f"expected a part among {sorted(PARTS)}, got {part!r}")
