@@ -19,19 +19,22 @@ measuring.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from utils.arrays import bf16, ceil_div, xp
 from utils.build import KernelSource
-from utils.ops import Version, expect_array, expect_same_device, registry
+from utils.ops import expect_array, expect_same_device
 from utils.paths import INCLUDE
+from utils.version import Launch, Registry, Unsupported, Version, config_type
 
 SOURCE = KernelSource("fusion.cu")
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
+BF16 = bf16()
 THREADS = 256          # FUSE_THREADS in fusion.cu
 UNROLL = 2             # FUSE_UNROLL: 16-byte chunks (or scalar items) per thread
 RMS_MAX_CHUNKS = 2     # RMS_MAX_CHUNKS: 16-byte chunks of a row per thread in add_rmsnorm
@@ -39,18 +42,7 @@ INT32_LIMIT = 2**31
 EPS = 1e-6
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 # --- references (float64, from the bf16 inputs) ------------------------------------------------------
-
-def _xp(a):
-    if isinstance(a, np.ndarray):
-        return np
-    import cupy
-    return cupy
-
 
 def _f64(a):
     """bf16 (or any float) array -> float64, exactly (through float32)."""
@@ -58,8 +50,8 @@ def _f64(a):
 
 
 def _erfc(v):
-    xp = _xp(v)
-    if xp is np:
+    m = xp(v)
+    if m is np:
         return np.vectorize(math.erfc, otypes=[np.float64])(v)
     from cupyx.scipy.special import erfc
     return erfc(v)
@@ -98,27 +90,27 @@ def gelu_poly_emulated(v, a_max: float = 13.0):
 def reference_swiglu(x):
     H = x.shape[1] // 2
     g, u = _f64(x[:, :H]), _f64(x[:, H:])
-    xp = _xp(x)
-    return g / (1.0 + xp.exp(-g)) * u
+    m = xp(x)
+    return g / (1.0 + m.exp(-g)) * u
 
 
 def reference_add_rmsnorm(x, residual, w, eps: float = EPS):
     """(h, y): h = x + residual rounded to bf16 (the stored residual stream), y normalized from that h."""
     h32 = x.astype(np.float32) + residual.astype(np.float32)     # exact: two bf16 add exactly in fp32
     h = _f64(h32.astype(BF16))
-    xp = _xp(x)
-    rstd = 1.0 / xp.sqrt((h * h).mean(axis=1, keepdims=True) + eps)
+    m = xp(x)
+    rstd = 1.0 / m.sqrt((h * h).mean(axis=1, keepdims=True) + eps)
     return h, h * rstd * _f64(w)[None, :]
 
 
 def reference_rope(x, cos, sin):
     """Rotate-half RoPE of one tensor x [T, H, D] with tables [T, D/2]."""
     half = x.shape[2] // 2
-    xp = _xp(x)
+    m = xp(x)
     v = _f64(x)
     c, s = _f64(cos)[:, None, :], _f64(sin)[:, None, :]
     x1, x2 = v[..., :half], v[..., half:]
-    return xp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    return m.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
 def rope_tables(T: int, half: int, base: float = 10000.0, xp=np):
@@ -229,7 +221,7 @@ def sass_span_per_element(sass_text: str, elements: int) -> float:
     return (last_st - first_ld + 1) / elements
 
 
-# --- launchers -----------------------------------------------------------------------------------------
+# --- launch geometry of v3 and RoPE v2 ---------------------------------------------------------------
 
 def grid_bias_gelu_rows(rows: int, cols: int, rows_per_thread: int) -> tuple[int, int]:
     """bias_gelu_v3 (2-D): grid.x = row blocks of ``rows_per_thread`` rows, grid.y = column blocks of THREADS
@@ -238,76 +230,61 @@ def grid_bias_gelu_rows(rows: int, cols: int, rows_per_thread: int) -> tuple[int
     return ceil_div(rows, rows_per_thread), ceil_div(units, THREADS)
 
 
-# kernel -> rows per thread of its 2-D layout (0: the 1-D layout of v1/v2, grid_elementwise)
-BIAS_GELU_KERNELS = {"bias_gelu_v1_vec8": 0, "bias_gelu_v2_poly": 0, "bias_gelu_v3_rows4": 4,
-                     "bias_gelu_v3_rows2": 2, "bias_gelu_v3_rows8": 8, "bias_gelu_erf_rows4": 4}
-BIAS_GELU_V3 = "bias_gelu_v3_rows4"     # the row count picked by the tuning batch (scripts/tune/ch08_fusion.py)
+def rope_v2_block(half: int) -> tuple[int, int]:
+    """rope_v2_tok's block (bx, by): bx chunk positions of the half head (8-element chunks when
+    half % 8 == 0, else single elements), at most 32; by = THREADS // bx head slots."""
+    nj = half // 8 if half % 8 == 0 else half
+    bx = min(nj, 32)
+    return bx, THREADS // bx
 
 
-def bias_gelu(x, b, y, kernel: str = "bias_gelu_v1_vec8"):
-    """y = gelu(x + b) with ``kernel`` (bias_gelu_v1_vec8: erff; bias_gelu_v2_poly: the polynomial GELU;
-    bias_gelu_v3_rows*: the polynomial GELU in the 2-D layout); x, y [rows, cols] bf16, b [cols] bf16."""
-    expect_array(x, "x", dtype=BF16, ndim=2)
+# --- problems: argument validation, one per op ----------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A validated call of one fused op: the arrays in the kernels' argument order, the sizes, the outputs."""
+    arrays: tuple
+    sizes: dict
+    out: Any
+
+
+def expect_rows(x, name: str) -> tuple[int, int]:
+    expect_array(x, name, dtype=BF16, ndim=2)
     rows, cols = (int(s) for s in x.shape)
     if rows < 1 or cols < 1:
-        raise ValueError(f"x: expected at least one row and one column, got shape {(rows, cols)}")
+        raise ValueError(f"{name}: expected at least one row and one column, got shape {(rows, cols)}")
+    return rows, cols
+
+
+def bias_gelu_problem(x, b, y) -> Problem:
+    """y = gelu(x + b): x, y [rows, cols] bf16, b [cols] bf16."""
+    rows, cols = expect_rows(x, "x")
     if rows * cols > INT32_LIMIT - THREADS * UNROLL * 8:
         # the scalar path's int32 index runs up to one block (4096 elements) past the end before its check
         raise ValueError(f"x: {rows * cols} elements; the kernel indexes with int32, at most 2**31 - 4096")
     expect_array(b, "b", dtype=BF16, shape=(cols,))
     expect_array(y, "y", dtype=BF16, shape=(rows, cols))
     expect_same_device(x, b, y)
-    if kernel not in BIAS_GELU_KERNELS:
-        raise ValueError(f"kernel: expected one of {tuple(BIAS_GELU_KERNELS)}, got {kernel!r}")
-    per = BIAS_GELU_KERNELS[kernel]
-    if per == 0:
-        SOURCE.function(kernel)((grid_elementwise(rows * cols),), (THREADS,),
-                                (x, b, y, np.int32(rows * cols), np.int32(cols)))
-    else:
-        grid = grid_bias_gelu_rows(rows, cols, per)
-        if grid[1] > 65535:
-            raise ValueError(f"x: {cols} columns need {grid[1]} column blocks; {kernel} supports at most 65535")
-        SOURCE.function(kernel)(grid, (THREADS,),
-                                (x, b, y, np.int32(rows), np.int32(cols)))
-    return y
+    return Problem((x, b, y), {"rows": rows, "cols": cols}, y)
 
 
-def bias_gelu_v2(x, b, y):
-    """y = gelu(x + b) with bias_gelu_v2_poly: v1's memory path, GELU as max(v, 0) - |v| 2^Q(|v|)."""
-    return bias_gelu(x, b, y, kernel="bias_gelu_v2_poly")
-
-
-def bias_gelu_v3(x, b, y):
-    """y = gelu(x + b) with v2's GELU in the 2-D layout (BIAS_GELU_V3): bias loaded once per thread, no modulo."""
-    return bias_gelu(x, b, y, kernel=BIAS_GELU_V3)
-
-
-def swiglu(x, y):
-    """y = silu(x[:, :H]) * x[:, H:] with swiglu_v1_vec8; x [rows, 2H] bf16, y [rows, H] bf16."""
+def swiglu_problem(x, y) -> Problem:
+    """y = silu(x[:, :H]) * x[:, H:]: x [rows, 2H] bf16, y [rows, H] bf16."""
     expect_array(x, "x", dtype=BF16, ndim=2)
     rows, two_h = (int(s) for s in x.shape)
     if rows < 1 or two_h < 2 or two_h % 2:
         raise ValueError(f"x: expected shape (rows, 2H) with rows >= 1 and an even last dimension, got {(rows, two_h)}")
     if rows * two_h >= INT32_LIMIT:
         raise ValueError(f"x: {rows * two_h} elements; the kernel indexes with int32, at most 2**31 - 1")
-    H = two_h // 2
-    expect_array(y, "y", dtype=BF16, shape=(rows, H))
+    expect_array(y, "y", dtype=BF16, shape=(rows, two_h // 2))
     expect_same_device(x, y)
-    SOURCE.function("swiglu_v1_vec8")((grid_elementwise(rows * H),), (THREADS,),
-                                      (x, y, np.int32(rows), np.int32(H)))
-    return y
+    return Problem((x, y), {"rows": rows, "H": two_h // 2}, y)
 
 
-def add_rmsnorm(x, residual, w, residual_out, y, eps: float = EPS):
-    """residual_out = x + residual (bf16); y = rmsnorm(residual_out) * w, with add_rmsnorm_v1_vec8."""
-    expect_array(x, "x", dtype=BF16, ndim=2)
-    rows, D = (int(s) for s in x.shape)
-    if rows < 1 or D < 1:
-        raise ValueError(f"x: expected at least one row and one column, got shape {(rows, D)}")
-    block = rmsnorm_block(D)
-    if block > 1024:
-        raise ValueError(f"x: rows of {D} elements need {block} threads per row; at most "
-                         f"{8 * RMS_MAX_CHUNKS * 1024} elements per row are supported")
+def add_rmsnorm_problem(x, residual, w, residual_out, y, eps: float = EPS) -> Problem:
+    """residual_out = x + residual (bf16); y = rmsnorm(residual_out) * w. x, residual, residual_out, y
+    [rows, D] bf16, w [D] bf16."""
+    rows, D = expect_rows(x, "x")
     if rows >= INT32_LIMIT:
         raise ValueError(f"x: {rows} rows; at most 2**31 - 1")
     expect_array(residual, "residual", dtype=BF16, shape=(rows, D))
@@ -315,26 +292,11 @@ def add_rmsnorm(x, residual, w, residual_out, y, eps: float = EPS):
     expect_array(residual_out, "residual_out", dtype=BF16, shape=(rows, D))
     expect_array(y, "y", dtype=BF16, shape=(rows, D))
     expect_same_device(x, residual, w, residual_out, y)
-    SOURCE.function("add_rmsnorm_v1_vec8")((rows,), (block,),
-                                           (x, residual, w, residual_out, y, np.int32(rows), np.int32(D),
-                                            np.float32(eps)))
-    return residual_out, y
+    return Problem((x, residual, w, residual_out, y), {"rows": rows, "D": D, "eps": float(eps)}, (residual_out, y))
 
 
-def rope_v2_block(half: int) -> tuple[int, int]:
-    """rope_neox_v2_tok's block (bx, by): bx chunk positions of the half head (8-element chunks when
-    half % 8 == 0, else single elements), at most 32; by = THREADS // bx head slots."""
-    nj = half // 8 if half % 8 == 0 else half
-    bx = min(nj, 32)
-    return bx, THREADS // bx
-
-
-ROPE_KERNELS = ("rope_neox_v1_vec8", "rope_neox_v2_tok")
-
-
-def rope(q, k, cos, sin, q_out, k_out, kernel: str = "rope_neox_v1_vec8"):
-    """Rotate-half RoPE of q [T, Hq, D] and k [T, Hk, D] (bf16) with cos/sin [T, D/2], one launch of
-    ``kernel`` (rope_neox_v1_vec8: flat work items; rope_neox_v2_tok: one block per token)."""
+def rope_problem(q, k, cos, sin, q_out, k_out) -> Problem:
+    """Rotate-half RoPE of q [T, Hq, D] and k [T, Hk, D] (bf16) with cos/sin [T, D/2]."""
     expect_array(q, "q", dtype=BF16, ndim=3)
     T, Hq, D = (int(s) for s in q.shape)
     if T < 1 or Hq < 1 or D < 2 or D % 2:
@@ -352,40 +314,168 @@ def rope(q, k, cos, sin, q_out, k_out, kernel: str = "rope_neox_v1_vec8"):
     expect_array(q_out, "q_out", dtype=BF16, shape=(T, Hq, D))
     expect_array(k_out, "k_out", dtype=BF16, shape=(T, Hk, D))
     expect_same_device(q, k, cos, sin, q_out, k_out)
-    if kernel not in ROPE_KERNELS:
-        raise ValueError(f"kernel: expected one of {ROPE_KERNELS}, got {kernel!r}")
-    args = (q, k, cos, sin, q_out, k_out, np.int32(T), np.int32(Hq), np.int32(Hk), np.int32(half))
-    if kernel == "rope_neox_v1_vec8":
-        SOURCE.function(kernel)((grid_rope(T, Hq, Hk, half),), (THREADS,), args)
-    else:
-        SOURCE.function(kernel)((T,), rope_v2_block(half), args)
-    return q_out, k_out
+    return Problem((q, k, cos, sin, q_out, k_out), {"T": T, "Hq": Hq, "Hk": Hk, "half": half}, (q_out, k_out))
 
 
-def rope_v2(q, k, cos, sin, q_out, k_out):
-    """RoPE with rope_neox_v2_tok: one block per token, the cos/sin chunk loaded once per thread."""
-    return rope(q, k, cos, sin, q_out, k_out, kernel="rope_neox_v2_tok")
+# --- plans ---------------------------------------------------------------------------------------------
+
+BLOCK = (THREADS, 1, 1)
 
 
-VERSIONS = registry(
-    Version("bias_gelu_v1_vec8", "bias_gelu_v1_vec8", bias_gelu,
-            "x + b and erf-GELU in one pass: 16-byte loads of 8 bf16, 2 chunks per thread, fp32 math"),
-    Version("bias_gelu_v2_poly", "bias_gelu_v2_poly", bias_gelu_v2,
-            "v1 with GELU from a degree-9 polynomial for log2 Phi and one ex2: ~18 instead of ~35 "
-            "instructions per element"),
-    Version(BIAS_GELU_V3, BIAS_GELU_V3, bias_gelu_v3,
-            "v2's GELU in a 2-D layout: a thread owns one column chunk of 4 rows, its bias loaded once, "
-            "no modulo, 4 x-chunks in flight"),
-    Version("swiglu_v1_vec8", "swiglu_v1_vec8", swiglu,
-            "silu(gate) * up in one pass over both halves of each row, 16-byte chunks"),
-    Version("add_rmsnorm_v1_vec8", "add_rmsnorm_v1_vec8", add_rmsnorm,
-            "residual add, store, sum of squares and scaling in one block per row, the row in registers"),
-    Version("rope_neox_v1_vec8", "rope_neox_v1_vec8", rope,
-            "rotate-half RoPE of q and k in one launch, 8 (d, d + D/2) pairs per work item"),
-    Version("rope_neox_v2_tok", "rope_neox_v2_tok", rope_v2,
-            "one block per token, threads over (chunk, head slot): no division, cos/sin loaded once per "
-            "thread, 57 instead of 78 registers"),
-)
+def elementwise_plan(kernel: str):
+    """bias_gelu v1/v2: a 1-D grid of blocks of THREADS * UNROLL chunks of 8 (or scalar items)."""
+    def plan(p: Problem, config=None) -> list[Launch]:
+        rows, cols = p.sizes["rows"], p.sizes["cols"]
+        return [Launch(kernel, (grid_elementwise(rows * cols), 1, 1), BLOCK,
+                       (*p.arrays, np.int32(rows * cols), np.int32(cols)))]
+    plan.__name__ = f"plan_{kernel}"
+    return plan
+
+
+# bias_gelu_v3's instances: rows per thread and GELU form -> the extern "C" kernel fusion.cu instantiates.
+BiasGeluRows = config_type("BiasGeluRows", "rows gelu")
+BIAS_GELU_ROWS_KERNELS = {BiasGeluRows(4, "poly"): "bias_gelu_v3_rows4", BiasGeluRows(2, "poly"): "bias_gelu_v3_rows2",
+                          BiasGeluRows(8, "poly"): "bias_gelu_v3_rows8", BiasGeluRows(4, "erf"): "bias_gelu_erf_rows4"}
+BIAS_GELU_V3 = BiasGeluRows(4, "poly")   # the instance picked by the tuning batch (scripts/tune/ch08_fusion.py)
+
+
+def plan_bias_gelu_v3(p: Problem, config: BiasGeluRows) -> list[Launch]:
+    rows, cols = p.sizes["rows"], p.sizes["cols"]
+    gx, gy = grid_bias_gelu_rows(rows, cols, config.rows)
+    if gy > 65535:
+        raise Unsupported(f"x: {cols} columns need {gy} column blocks; bias_gelu_v3 takes at most 65535 "
+                          f"({65535 * THREADS * 8} columns); v1/v2 take any width")
+    return [Launch(BIAS_GELU_ROWS_KERNELS[config], (gx, gy, 1), BLOCK, (*p.arrays, np.int32(rows), np.int32(cols)))]
+
+
+def plan_swiglu_v1(p: Problem, config=None) -> list[Launch]:
+    rows, H = p.sizes["rows"], p.sizes["H"]
+    return [Launch("swiglu_v1_vec8", (grid_elementwise(rows * H), 1, 1), BLOCK, (*p.arrays, np.int32(rows), np.int32(H)))]
+
+
+def plan_add_rmsnorm_v1(p: Problem, config=None) -> list[Launch]:
+    rows, D = p.sizes["rows"], p.sizes["D"]
+    block = rmsnorm_block(D)
+    if block > 1024:
+        raise Unsupported(f"x: rows of {D} elements need {block} threads per row; at most "
+                          f"{8 * RMS_MAX_CHUNKS * 1024} elements per row are supported")
+    return [Launch("add_rmsnorm_v1_vec8", (rows, 1, 1), (block, 1, 1),
+                   (*p.arrays, np.int32(rows), np.int32(D), np.float32(p.sizes["eps"])))]
+
+
+def rope_args(p: Problem) -> tuple:
+    s = p.sizes
+    return (*p.arrays, np.int32(s["T"]), np.int32(s["Hq"]), np.int32(s["Hk"]), np.int32(s["half"]))
+
+
+def plan_rope_v1(p: Problem, config=None) -> list[Launch]:
+    s = p.sizes
+    return [Launch("rope_neox_v1_vec8", (grid_rope(s["T"], s["Hq"], s["Hk"], s["half"]), 1, 1), BLOCK, rope_args(p))]
+
+
+def plan_rope_v2(p: Problem, config=None) -> list[Launch]:
+    bx, by = rope_v2_block(p.sizes["half"])
+    return [Launch("rope_neox_v2_tok", (p.sizes["T"], 1, 1), (bx, by, 1), rope_args(p))]
+
+
+# --- the versions: one registry per op -------------------------------------------------------------------
+
+BIAS_GELU = Registry("bias_gelu", bias_gelu_problem, [
+    Version("bias_gelu_v1_vec8", "x + b and erf-GELU in one pass: 16-byte loads of 8 bf16, 2 chunks per thread, "
+            "fp32 math", SOURCE, elementwise_plan("bias_gelu_v1_vec8"), snippet="bias_gelu_v1"),
+    Version("bias_gelu_v2_poly", "v1 with GELU from a degree-9 polynomial for log2 Phi and one ex2: ~18 instead "
+            "of ~35 instructions per element", SOURCE, elementwise_plan("bias_gelu_v2_poly"),
+            parent="v1_vec8", snippet="bias_gelu_v2"),
+    Version("bias_gelu_v3_rows", "v2's GELU in a 2-D layout: a thread owns one column chunk of several rows, its "
+            "bias loaded once, no modulo, more x-chunks in flight", SOURCE, plan_bias_gelu_v3, parent="v2_poly",
+            snippet="bias_gelu_v3", configs=tuple(BIAS_GELU_ROWS_KERNELS), default=lambda p: BIAS_GELU_V3),
+])
+
+SWIGLU = Registry("swiglu", swiglu_problem, [
+    Version("swiglu_v1_vec8", "silu(gate) * up in one pass over both halves of each row, 16-byte chunks",
+            SOURCE, plan_swiglu_v1, snippet="swiglu_v1"),
+])
+
+ADD_RMSNORM = Registry("add_rmsnorm", add_rmsnorm_problem, [
+    Version("add_rmsnorm_v1_vec8", "residual add, store, sum of squares and scaling in one block per row, the "
+            "row in registers", SOURCE, plan_add_rmsnorm_v1, snippet="add_rmsnorm_v1"),
+])
+
+ROPE = Registry("rope", rope_problem, [
+    Version("rope_v1_vec8", "rotate-half (NeoX) RoPE of q and k in one launch, 8 (d, d + D/2) pairs per work item",
+            SOURCE, plan_rope_v1, snippet="rope_neox_v1"),
+    Version("rope_v2_tok", "one block per token, threads over (chunk, head slot): no division, cos/sin loaded "
+            "once per thread, 57 instead of 78 registers", SOURCE, plan_rope_v2, parent="v1_vec8",
+            snippet="rope_neox_v2"),
+])
+
+REGISTRIES = {r.op: r for r in (BIAS_GELU, SWIGLU, ADD_RMSNORM, ROPE)}
+
+
+# --- inputs for the ladders (shapes as the chapter names them) -------------------------------------------
+# bias_gelu (rows, cols); swiglu (rows, H): x is [rows, 2H]; add_rmsnorm (rows, D); rope (T, Hq, Hk, D).
+
+def random_bf16(shape, rng):
+    """Fresh standard-normal bf16 data on the GPU, seeded from ``rng``."""
+    from utils.arrays import random_normal
+    return random_normal(tuple(shape), "bfloat16", seed=int(rng.integers(2**31)))[0]
+
+
+def make_case(op: str, shape, dtype, rng):
+    """A ladder case of ``op``: fresh inputs, outputs allocated (the ladder poisons them)."""
+    import cupy
+
+    from utils.ladder import Case
+
+    def empty(*s):
+        return cupy.empty(s, dtype=BF16)
+    if op == "bias_gelu":
+        rows, cols = shape
+        return Case((random_bf16((rows, cols), rng), random_bf16((cols,), rng), empty(rows, cols)), outputs=(2,))
+    if op == "swiglu":
+        rows, H = shape
+        return Case((random_bf16((rows, 2 * H), rng), empty(rows, H)), outputs=(1,))
+    if op == "add_rmsnorm":
+        rows, D = shape
+        return Case((random_bf16((rows, D), rng), random_bf16((rows, D), rng), random_bf16((D,), rng),
+                     empty(rows, D), empty(rows, D)), outputs=(3, 4))
+    if op == "rope":
+        T, Hq, Hk, D = shape
+        cos, sin = rope_tables(T, D // 2, xp=cupy)
+        return Case((random_bf16((T, Hq, D), rng), random_bf16((T, Hk, D), rng), cos, sin, empty(T, Hq, D),
+                     empty(T, Hk, D)), outputs=(4, 5))
+    raise ValueError(f"op: expected one of {list(REGISTRIES)}, got {op!r}")
+
+
+def reference_case(op: str, case):
+    """The float64 reference of a ladder case (a tuple for ops with two outputs)."""
+    a = case.args
+    if op == "bias_gelu":
+        return reference_bias_gelu(a[0], a[1])
+    if op == "swiglu":
+        return reference_swiglu(a[0])
+    if op == "add_rmsnorm":
+        return reference_add_rmsnorm(a[0], a[1], a[2])
+    if op == "rope":
+        return reference_rope(a[0], a[2], a[3]), reference_rope(a[1], a[2], a[3])
+    raise ValueError(f"op: expected one of {list(REGISTRIES)}, got {op!r}")
+
+
+def fused_bytes(op: str, shape) -> int:
+    """The fused kernel's minimal HBM bytes for ``op`` at ``shape`` (the ledgers' 'fused')."""
+    ledgers = {"bias_gelu": ledger_bias_gelu, "swiglu": ledger_swiglu, "add_rmsnorm": ledger_add_rmsnorm,
+               "rope": ledger_rope}
+    if op not in ledgers:
+        raise ValueError(f"op: expected one of {list(ledgers)}, got {op!r}")
+    return ledgers[op](*shape)["fused"]
+
+
+def ladder_inputs(op: str) -> dict:
+    """make / reference / nbytes for ``utils.ladder.Ladder(rec, REGISTRIES[op], ..., **ladder_inputs(op))``."""
+    if op not in REGISTRIES:
+        raise ValueError(f"op: expected one of {list(REGISTRIES)}, got {op!r}")
+    return {"make": functools.partial(make_case, op), "reference": functools.partial(reference_case, op),
+            "nbytes": lambda shape, dtype: fused_bytes(op, shape)}
 
 
 # --- the library route: CuPy ElementwiseKernel / ReductionKernel -------------------------------------
@@ -413,7 +503,7 @@ def cupy_preamble() -> str:
     return "\n".join(line for line in text.splitlines() if not line.strip().startswith("#pragma once"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cupy_kernels():
     import cupy
     pre = cupy_preamble()

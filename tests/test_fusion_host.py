@@ -1,14 +1,39 @@
 """Chapter 8 host side on a CPU: byte ledgers, references, launch geometry, launcher validation, and the
 index maps of every fused kernel (16-byte and scalar paths) replayed in NumPy, thread by thread."""
 import math
+import re
+import zlib
 
 import numpy as np
 import pytest
 
+pytest.importorskip("ml_dtypes")
+
 from kernels import fusion as F
-from tests.test_build_show_ops import FakeDeviceArray
+from tests.fakes import FakeDeviceArray
+from utils.version import Unsupported
 
 BF = F.BF16
+SEED = 20260808
+
+
+@pytest.fixture
+def rng(request):
+    """Seeded per test (the seed is printed, so a failure shows it)."""
+    seed = SEED + zlib.crc32(request.node.name.encode()) % 10**6
+    print(f"rng seed {seed}")
+    return np.random.default_rng(seed)
+
+
+def fa(shape, dtype=BF, **kw):
+    return FakeDeviceArray(shape, dtype, **kw)
+
+
+def only_launch(registry, label, *shapes, config=None):
+    """The single launch of version ``label`` for fake device arrays of ``shapes``."""
+    v = registry[label]
+    (ln,) = v.launches(v.validate(*(fa(s) for s in shapes)), config)
+    return ln
 
 
 def bf16(a):
@@ -96,7 +121,9 @@ def sim_bias_gelu(x, b):
     xf, bfl = x.astype(np.float32).ravel(), b.astype(np.float32)
     y = np.full(n, np.nan, np.float32)
     written = np.zeros(n, int)
-    for blk in range(F.grid_elementwise(n)):
+    ln = only_launch(F.BIAS_GELU, "v2_poly", x.shape, (cols,), x.shape)
+    assert ln.block == (F.THREADS, 1, 1) and ln.grid[1:] == (1, 1)
+    for blk in range(ln.grid[0]):
         for t in range(F.THREADS):
             if cols % 8 == 0:
                 nv, cv = n // 8, cols // 8
@@ -124,7 +151,8 @@ def sim_bias_gelu_rows(x, b, per):
     y = np.full((rows, cols), np.nan, np.float32)
     written = np.zeros((rows, cols), int)
     vec = 8 if cols % 8 == 0 else 1
-    gx, gy = F.grid_bias_gelu_rows(rows, cols, per)
+    ln = only_launch(F.BIAS_GELU, "v3_rows", x.shape, (cols,), x.shape, config=F.BiasGeluRows(per, "poly"))
+    gx, gy, _ = ln.grid
     assert gx * per >= rows and gy * F.THREADS * vec >= cols
     for bx in range(gx):
         for by in range(gy):
@@ -148,8 +176,8 @@ def sim_swiglu(x):
     xf = x.astype(np.float32).ravel()
     y = np.full(n, np.nan, np.float32)
     written = np.zeros(n, int)
-    silu = lambda v: v / (1 + math.exp(-v))  # noqa: E731
-    for blk in range(F.grid_elementwise(n)):
+    silu = lambda v: v / (1 + math.exp(-v))
+    for blk in range(only_launch(F.SWIGLU, "v1_vec8", x.shape, (rows, H)).grid[0]):
         for t in range(F.THREADS):
             if H % 8 == 0:
                 hv, nv = H // 8, n // 8
@@ -174,7 +202,9 @@ def sim_swiglu(x):
 
 def sim_add_rmsnorm(x, res, w, eps):
     rows, D = x.shape
-    B = F.rmsnorm_block(D)
+    ln = only_launch(F.ADD_RMSNORM, "v1_vec8", *[x.shape] * 2, (D,), *[x.shape] * 2)
+    B = ln.block[0]
+    assert ln.grid == (rows, 1, 1)
     xf, rf, wf = x.astype(np.float32), res.astype(np.float32), w.astype(np.float32)
     ro = np.full((rows, D), np.nan, np.float32)
     y = np.full((rows, D), np.nan, np.float32)
@@ -223,7 +253,8 @@ def sim_rope(q, k, cos, sin):
     cf, sf = cos.astype(np.float32).ravel(), sin.astype(np.float32).ravel()
     qo, ko = np.full(qf.size, np.nan, np.float32), np.full(kf.size, np.nan, np.float32)
     wq, wk = np.zeros(qf.size, int), np.zeros(kf.size, int)
-    for blk in range(F.grid_rope(T, Hq, Hk, half)):
+    ln = only_launch(F.ROPE, "v1_vec8", q.shape, k.shape, (T, half), (T, half), q.shape, k.shape)
+    for blk in range(ln.grid[0]):
         for t in range(F.THREADS):
             for u in range(F.UNROLL):
                 it = blk * F.THREADS * F.UNROLL + t + u * F.THREADS
@@ -243,8 +274,9 @@ def sim_rope_v2(q, k, cos, sin):
     Hk, half = k.shape[1], D // 2
     vec = 8 if half % 8 == 0 else 1
     nj, slots = half // vec, Hq + Hk
-    bx, by = F.rope_v2_block(half)
-    assert bx * by <= F.THREADS and bx >= 1 and by >= 1
+    ln = only_launch(F.ROPE, "v2_tok", q.shape, k.shape, (T, half), (T, half), q.shape, k.shape)
+    bx, by, _ = ln.block
+    assert ln.grid == (T, 1, 1) and bx * by <= F.THREADS and bx >= 1 and by >= 1
     qf, kf = q.astype(np.float32).ravel(), k.astype(np.float32).ravel()
     cf, sf = cos.astype(np.float32).ravel(), sin.astype(np.float32).ravel()
     qo, ko = np.full(qf.size, np.nan, np.float32), np.full(kf.size, np.nan, np.float32)
@@ -276,13 +308,22 @@ def test_bias_gelu_rows_index_map(shape, per, rng):
     assert rel(rnd(sim_bias_gelu_rows(x, b, per)), F.reference_bias_gelu(x, b)) < 1e-2
 
 
-def test_bias_gelu_rows_instances_match_the_source():
+@pytest.mark.parametrize("config", list(F.BIAS_GELU_ROWS_KERNELS))
+def test_bias_gelu_rows_instances_match_the_source(config):
     src = F.SOURCE.path.read_text()
-    for name, per in F.BIAS_GELU_KERNELS.items():
-        if per:
-            form = "GELU_ERF" if "erf" in name else "GELU_POLY"
-            assert f"BIAS_GELU_ROWS_KERNEL({name}, {form}, {per})" in src, name
-    assert F.BIAS_GELU_V3 in F.BIAS_GELU_KERNELS and F.BIAS_GELU_KERNELS[F.BIAS_GELU_V3] > 0
+    form = {"erf": "GELU_ERF", "poly": "GELU_POLY"}[config.gelu]
+    ln = only_launch(F.BIAS_GELU, "v3_rows", (9, 2056), (2056,), (9, 2056), config=config)
+    assert f"BIAS_GELU_ROWS_KERNEL({ln.kernel}, {form}, {config.rows})" in src, config
+    assert F.BIAS_GELU[3].default(None) == F.BIAS_GELU_V3 and F.BIAS_GELU_V3.gelu == "poly"
+
+
+def test_bias_gelu_v3_refuses_more_column_blocks_than_a_grid_holds():
+    cols = 65536 * F.THREADS * 8
+    v = F.BIAS_GELU["v3_rows"]
+    p = v.validate(fa((1, cols)), fa((cols,)), fa((1, cols)))
+    with pytest.raises(Unsupported, match="65535"):
+        v.launches(p)
+    assert F.BIAS_GELU["v2_poly"].supports(p)
 
 
 @pytest.mark.parametrize("shape", [(1, 16), (37, 48), (3, 2 * 2056), (2, 26), (5, 2)])
@@ -328,19 +369,54 @@ def test_rope_v2_block(half, block):
 
 # --- registry, snippets, CuPy route -----------------------------------------------------------------
 
-def test_versions_and_snippets():
-    import re
+VERSIONS = [(op, label) for op, reg in F.REGISTRIES.items() for label in reg]
+
+# one problem of each op that every version takes: (shapes of the arrays, config-free)
+SHAPES = {"bias_gelu": [(37, 4104), (4104,), (37, 4104)], "swiglu": [(37, 96), (37, 48)],
+          "add_rmsnorm": [(37, 4096), (37, 4096), (4096,), (37, 4096), (37, 4096)],
+          "rope": [(37, 40, 128), (37, 8, 128), (37, 64), (37, 64), (37, 40, 128), (37, 8, 128)]}
+
+
+@pytest.mark.parametrize("op,label", VERSIONS)
+def test_version_names_snippets_and_kernels(op, label):
     from utils.show import snippets
+    v = F.REGISTRIES[op][label]
+    assert v.name == f"{op}_{label}" and v.source is F.SOURCE and not v.requires
     src = F.SOURCE.path.read_text()
-    names = snippets(src)
-    for label, v in F.VERSIONS.items():
-        assert v.kernel == label
-        assert (re.search(rf"__global__ void __launch_bounds__\(\w+\)\s*{label}\(", src)
-                or f"BIAS_GELU_ROWS_KERNEL({label}," in src), label
-        key = re.match(r"(\w+?_v\d+)_", label).group(1)          # bias_gelu_v2_poly -> bias_gelu_v2
-        assert key in names
-    assert "fusion_vec8" in names
+    assert v.snippet in snippets(src)
+    p = v.validate(*(fa(s) for s in SHAPES[op]))
+    for cfg in v.all_configs(p) or (None,):
+        for ln in v.launches(p, cfg):
+            assert (re.search(rf"__global__ void __launch_bounds__\(\w+\)\s*{ln.kernel}\(", src)
+                    or f"BIAS_GELU_ROWS_KERNEL({ln.kernel}," in src), ln.kernel
+            assert ln.threads <= 1024 and ln.args[:len(p.arrays)] == p.arrays
+
+
+@pytest.mark.parametrize("op,label", VERSIONS)
+def test_parents_are_the_previous_version(op, label):
+    reg = F.REGISTRIES[op]
+    v = reg[label]
+    earlier = [lab for lab in reg if reg[lab].number < v.number]
+    assert v.parent == (earlier[-1] if earlier else None)
+
+
+def test_shared_snippets_exist():
+    from utils.show import snippets
+    assert "fusion_vec8" in snippets(F.SOURCE.path.read_text())
     assert "gelu_poly" in snippets((F.INCLUDE / "fusion_scalar.cuh").read_text())
+
+
+@pytest.mark.parametrize("op", list(F.REGISTRIES))
+def test_ladder_inputs_cost_the_fused_bytes(op):
+    shape = {"bias_gelu": (8192, 4096), "swiglu": (8192, 11008), "add_rmsnorm": (8192, 4096),
+             "rope": (8192, 32, 32, 128)}[op]
+    spec = F.ladder_inputs(op)
+    assert set(spec) == {"make", "reference", "nbytes"}
+    ledger = {"bias_gelu": F.ledger_bias_gelu, "swiglu": F.ledger_swiglu, "add_rmsnorm": F.ledger_add_rmsnorm,
+              "rope": F.ledger_rope}[op](*shape)
+    assert spec["nbytes"](shape, BF) == ledger["fused"]
+    with pytest.raises(ValueError, match="op: expected one of"):
+        F.ladder_inputs("gelu")
 
 
 # --- the polynomial GELU of bias_gelu_v2: the error bound stated in fusion_scalar.cuh ------------------
@@ -388,14 +464,21 @@ def test_gelu_poly_beyond_the_fit_and_special_values():
     assert q13 < -126
 
 
-def test_cupy_preamble_and_expressions():
+CUDA_BUILTINS = {"rsqrtf"}
+
+
+@pytest.mark.parametrize("name", list(F.CUPY_EXPRESSIONS))
+def test_cupy_expressions_call_only_the_preamble_helpers(name):
+    """Every function an expression calls is a helper the preamble defines (or a CUDA built-in), and the
+    preamble is the header itself, less its include guard: the library route and the kernels share one formula."""
     pre = F.cupy_preamble()
+    header = (F.INCLUDE / "fusion_scalar.cuh").read_text()
     assert "#pragma once" not in pre and "#include" not in pre
-    for helper in ("bf16_bits_to_float", "float_to_bf16_bits", "gelu_erf", "silu", "add_round_bf16", "square"):
-        assert helper in pre
-    for expr in F.CUPY_EXPRESSIONS.values():
-        compile_check = expr.count("(") == expr.count(")")
-        assert compile_check
+    assert [ln for ln in header.splitlines() if not ln.strip().startswith("#pragma once")] == pre.splitlines()
+    defined = set(re.findall(r"__device__ __forceinline__ [\w ]+? (\w+)\(", pre))
+    called = set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", F.CUPY_EXPRESSIONS[name])) - {"int", "float"}
+    assert called, name
+    assert called <= defined | CUDA_BUILTINS, (name, called - defined - CUDA_BUILTINS)
 
 
 def test_kernel_constants_match_the_source():
@@ -406,10 +489,6 @@ def test_kernel_constants_match_the_source():
 
 
 # --- launcher validation ------------------------------------------------------------------------------
-
-def fa(shape, dtype=BF, **kw):
-    return FakeDeviceArray(shape, dtype, **kw)
-
 
 @pytest.mark.parametrize("args,msg", [
     ((np.zeros((4, 8), np.float32), fa((8,)), fa((4, 8))), "expected a CUDA device array"),
@@ -425,14 +504,13 @@ def fa(shape, dtype=BF, **kw):
 ])
 def test_bias_gelu_rejects(args, msg):
     with pytest.raises(ValueError, match=msg):
-        F.bias_gelu(*args)
-    with pytest.raises(ValueError, match=msg):
-        F.bias_gelu_v2(*args)
+        F.BIAS_GELU.problem(*args)
 
 
-def test_bias_gelu_rejects_unknown_kernel():
-    with pytest.raises(ValueError, match="kernel: expected one of"):
-        F.bias_gelu(fa((4, 8)), fa((8,)), fa((4, 8)), kernel="bias_gelu_v9")
+def test_bias_gelu_rejects_unknown_config():
+    v = F.BIAS_GELU["v3_rows"]
+    with pytest.raises(ValueError, match="not instantiated"):
+        v.launches(v.validate(fa((4, 8)), fa((8,)), fa((4, 8))), F.BiasGeluRows(3, "poly"))
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -442,7 +520,7 @@ def test_bias_gelu_rejects_unknown_kernel():
 ])
 def test_swiglu_rejects(args, msg):
     with pytest.raises(ValueError, match=msg):
-        F.swiglu(*args)
+        F.SWIGLU.problem(*args)
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -453,7 +531,8 @@ def test_swiglu_rejects(args, msg):
 ])
 def test_add_rmsnorm_rejects(args, msg):
     with pytest.raises(ValueError, match=msg):
-        F.add_rmsnorm(*args)
+        v = F.ADD_RMSNORM["v1_vec8"]
+        v.launches(v.validate(*args))
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -464,7 +543,7 @@ def test_add_rmsnorm_rejects(args, msg):
 ])
 def test_rope_rejects(args, msg):
     with pytest.raises(ValueError, match=msg):
-        F.rope(*args)
+        F.ROPE.problem(*args)
 
 
 def test_cupy_expressions_compile_with_nvrtc():
