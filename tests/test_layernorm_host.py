@@ -247,8 +247,7 @@ def test_every_plan_launches_an_instantiated_kernel(op, label, dtype, shape):
     elif label != "v0_naive":
         lay = v.resolve_config(p)
         assert (ln.grid[0] // lay.cluster) * lay.rows_per_block >= shape[0] and lay.capacity >= shape[1]
-    assert ("clusters" in (getattr(src, "requires", ()) or ())) == (ln.cluster > 1 or src.file.endswith(
-        L.CLUSTER_ONLY_FILES)) or not hasattr(src, "requires")
+    assert ("clusters" in src.requires) == (ln.cluster > 1 or src.file.endswith(L.CLUSTER_ONLY_FILES))
 
 
 def test_sources_split_cluster_instantiations_from_plain_ones():

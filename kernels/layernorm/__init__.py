@@ -464,10 +464,8 @@ def row_expressions(file: str, clustered: bool) -> tuple[str, ...]:
 
 
 def source(file: str, expressions, requires=(), spill_free: bool = True) -> KernelSource:
-    # requires is passed only where KernelSource declares it (a utils.build without it builds everything
-    # for the running arch, as before)
-    kw = {"requires": tuple(requires)} if "requires" in KernelSource.__dataclass_fields__ else {}
-    return KernelSource(f"layernorm/{file}", name_expressions=tuple(expressions), spill_free=spill_free, **kw)
+    return KernelSource(f"layernorm/{file}", name_expressions=tuple(expressions), spill_free=spill_free,
+                        requires=tuple(requires))
 
 
 # ptxas spills 28 bytes in one instantiation: the scalar Welford version, bf16, 64 values per thread
@@ -788,3 +786,118 @@ def rms_norm(x, w, eps: float = EPS_RMS, out=None):
     y = cupy.empty_like(x) if out is None else out
     n = int(x.shape[1])
     return RMSNORM[pick("rmsnorm", n, x.dtype)](x, w, y, eps=eps, config=pick_layout("rmsnorm", n, x.dtype))
+
+
+# --- the chapter's ladder: inputs, reference, peers, resources -------------------------------------
+
+INPUT_MEAN = {"layernorm": 0.0, "rmsnorm": 0.5}   # RMSNorm's rows get a mean, so that it is not zero
+
+
+def random_arrays(op: str, shape, dtype, seed: int, mean: float | None = None) -> tuple:
+    """x, w, (b,) and an output y of one problem on the GPU, all drawn from ``seed``: x ~ N(mean, 1)
+    (``INPUT_MEAN`` by default), w ~ 1 + 0.1 N(0, 1), b ~ 0.1 N(0, 1); y uninitialised."""
+    import cupy
+    from utils.arrays import bf16, random_normal
+    rows, n = (int(s) for s in shape)
+    name = dtype_of(dtype)
+    mu = INPUT_MEAN[op] if mean is None else mean
+    target = bf16() if name == "bfloat16" else np.dtype(np.float32)
+    x = (random_normal((rows, n), "float32", seed=seed)[0] + np.float32(mu)).astype(target)
+    w = (1 + random_normal((n,), "float32", seed=seed + 1, scale=0.1)[0]).astype(target)
+    y = cupy.empty((rows, n), dtype=x.dtype)
+    if op == "rmsnorm":
+        return x, w, y
+    b = random_normal((n,), "float32", seed=seed + 2, scale=0.1)[0].astype(target)
+    return x, w, b, y
+
+
+def reference_of(op: str, args: tuple):
+    """The float64 reference of a problem's arguments (x, w, (b,) y), rounded to float32: its own
+    rounding (~3e-8) is far below every tolerance, and it halves the memory a cached reference holds."""
+    ref = layer_norm_ref(*args[:3]) if op == "layernorm" else rms_norm_ref(*args[:2])
+    return ref.astype(np.float32)
+
+
+def torch_peers(op: str, compiled: bool = True) -> dict:
+    """The peers of the chapter's ladder: {name: factory(case) -> callable returning the output}:
+    torch.nn.functional.layer_norm / rms_norm, eager and (``compiled``) torch.compile(dynamic=False),
+    on the case's own memory (zero copy)."""
+    import torch
+    import torch._dynamo
+    from utils.arrays import as_torch, from_torch
+    for name in ("recompile_limit", "cache_size_limit"):      # 10 fixed shapes per op, one compile each
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 64)
+    fname = "layer_norm" if op == "layernorm" else "rms_norm"
+
+    def eager(n):
+        if op == "layernorm":
+            return lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b, EPS_LN)
+        return lambda x, w, b: torch.nn.functional.rms_norm(x, (n,), w, EPS_RMS)
+
+    def factory(compile_it):
+        def make(case):
+            x, w = as_torch(case.args[0]), as_torch(case.args[1])
+            b = as_torch(case.args[2]) if op == "layernorm" else None
+            fn = eager(int(x.shape[1]))
+            fn = torch.compile(fn, dynamic=False) if compile_it else fn
+            return lambda: from_torch(fn(x, w, b))
+        return make
+    out = {f"torch.{fname}": factory(False)}
+    if compiled:
+        out[f"torch.compile.{fname}"] = factory(True)
+    return out
+
+
+def ladder(rec, op: str, shapes, dtypes, odd_shapes=(), seed: int = 0, compiled: bool = True):
+    """The chapter's :class:`utils.ladder.Ladder` for ``op``: seeded inputs (``random_arrays``), the
+    float64 reference, the cost model, the torch peers, bandwidth against the 1 GiB copy."""
+    from utils.ladder import Case, Ladder
+
+    def make(shape, dtype, rng):
+        args = random_arrays(op, shape, dtype, int(rng.integers(2**31)))
+        return Case(args, outputs=(len(args) - 1,))
+
+    return Ladder(rec, VERSIONS[op], shapes=shapes, dtypes=dtypes, odd_shapes=odd_shapes,
+                  make=make, reference=lambda case: reference_of(op, case.args),
+                  nbytes=lambda shape, dt: nbytes(*shape, np.dtype(dt).itemsize, op),
+                  peers=torch_peers(op, compiled), ceiling="copy", seed=seed)
+
+
+def resources(op: str, label: str, rows: int, n: int, dtype, facts=None) -> dict | None:
+    """What the chapter times for a version on a shape: layout, ptxas registers and spills, dynamic smem,
+    and the blocks per SM they allow (utils.occupancy), for the launch the version plans; None where the
+    version does not take the shape (its plan says Unsupported)."""
+    from utils.occupancy import from_function
+    v = VERSIONS[op][label]
+    p = shape_problem(op, rows, n, dtype)
+    if not v.supports(p):
+        return None
+    (ln,) = v.launches(p)
+    ln = ln if ln.source is not None else dataclasses.replace(ln, source=v.source)
+    report = ptxas_of(ln)
+    occ = from_function(report, ln.threads, ln.smem, facts)
+    return {"layout": v.resolve_config(p), "registers": report["registers"],
+            "spills": (report["spill_stores"], report["spill_loads"]), "smem": ln.smem,
+            "blocks_per_sm": occ.blocks, "limiter": occ.limiter, "clusters": ln.grid[0] // ln.cluster,
+            "launch": ln}
+
+
+def resource_table(pairs, shapes, dtypes, facts=None):
+    """A Table of :func:`resources` for [(op, label), ...] x shapes x dtypes (rows a version does not
+    take are left out)."""
+    from utils.ladder import shape_name
+    from utils.table import Table
+    rows = []
+    for op, label in pairs:
+        for dtype in dtypes:
+            for rows_n in shapes:
+                r = resources(op, label, *rows_n, dtype, facts)
+                if r is None:
+                    continue
+                lay = r["layout"]
+                rows.append([op, label, dtype, shape_name(rows_n), lay.name if lay else "block 256/row",
+                             r["registers"], "{}/{}".format(*r["spills"]), r["smem"] // 1024,
+                             f"{r['blocks_per_sm']} x {r['launch'].threads}"])
+    return Table(["op", "version", "dtype", "shape", "layout", "registers", "spill st/ld (B)",
+                  "dyn. smem (KiB)", "blocks x threads per SM"], rows, align="lllll" + "r" * 4)

@@ -66,6 +66,7 @@ __device__ __forceinline__ float cluster_sum(float v, float* slot) {
 #endif
 }
 
+// [[snippet: row_sum]]
 // Sum over the threads of one row (a warp, a block, or a cluster of blocks). `red` is a private
 // [33] float buffer in shared memory for this one reduction (a second reduction needs another).
 template <int TPR, int CLUSTER>
@@ -105,6 +106,7 @@ __device__ __forceinline__ float2 row_sum2(float2 v, float (*red)[33]) {
 #endif
     return v;
 }
+// [[/snippet]]
 
 // Welford states merged over the threads of one row (welford.cuh); `red` is [33] in shared memory.
 template <int TPR, int CLUSTER>
