@@ -1,4 +1,4 @@
-"""Chapter 6 tuning batch, round 5: per bar shape the current dispatch (S.plan) and the newest candidates
+"""Chapter 6 tuning batch, round 5: per bar shape the current dispatch (S.dispatch) and the newest candidates
 only (every v9_stream, v10_cluster_once and v11_early_arrive instance that fits: capacity in [cols, 2
 cols); v10 and v11 on the same instances, so the split exit barrier is timed side by side), vs
 torch.softmax (and torch.compile unless --no-compile), fp32 and bf16; plus a plain device copy of the same
@@ -32,7 +32,7 @@ from utils.hardware import copy_gbps  # noqa: E402
 from utils.check import assert_close, poisoned  # noqa: E402
 
 SHAPES = [(8192, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (128, 262144)]
-NP_DTYPE = {"float32": np.float32, "bfloat16": S.BF16}
+NP_DTYPE = {d.name: d for d in S.dtypes()}
 BENCH = dict(target_ms=30, max_reps=50)
 T0 = time.perf_counter()
 
@@ -40,46 +40,35 @@ T0 = time.perf_counter()
 
 
 NEW = ("v9_stream", "v10_cluster_once", "v11_early_arrive")   # the newest: every instance that fits is timed
-# (v10 and v11 run on v6's instances; instances added to S.V10_EXTRA / S.V11_EXTRA are picked up here)
+
+
+def fitting(label: str, cols: int, dt) -> list:
+    """The instances of a version that hold a row of ``cols`` within a factor 2 (larger ones leave threads
+    idle)."""
+    return [c for c in S.all_configs(label, dt) if cols <= S.capacity(label, c, dt) < 2 * cols]
 
 
 def candidates(cols: int, dt, every: bool = False):
-    """(name, version, config): the dispatch and the new versions' instances; with ``every`` the fixed
-    versions that hold the row too, then every raw instance whose capacity fits the row within a factor 2
-    (larger ones leave threads idle)."""
-    if not every:
-        out = [(f"{v}{list(c)}", v, c) for v in NEW for c in S.raw_configs(v, dt)
-               if cols <= S.capacity(v, dt, c) < 2 * cols]
-        return out + [("dispatch", None, None)]
-    out = [(v, v, None) for v in ("v2_warp_row", "v3_block_row") if S.supports(v, cols, dt)]
-    if cols > S.max_cols("v3_block_row", dt):
-        out.append(("v4_cluster_row", "v4_cluster_row", None))
-    for version in S.RAW_TABLES:
-        for cfg in S.raw_configs(version, dt):
-            if cols <= S.capacity(version, dt, cfg) < 2 * cols:
-                out.append((f"{version}{list(cfg)}", version, cfg))
-    out.append(("dispatch", None, None))
-    return out
+    """(name, label, config): the newest versions' instances and the dispatch; with ``every`` also the
+    versions without configs that hold the row, v2-v4's defaults, and every tuned instance that fits."""
+    labels = [lab for lab in S.VERSIONS if lab in S.DEFAULTS] if every else list(NEW)
+    out = [(f"{lab}{list(c)}", lab, c) for lab in labels for c in fitting(lab, cols, dt)]
+    return out + [("dispatch", None, None)]
 
 
-def residency(version, shape, dt, cfg):
-    """(registers, resident blocks per SM, KiB of rows resident per SM) from the ptxas report."""
-    from kernels.simt import occupancy_estimate
-    from utils.build import compile_source
-    comp = compile_source(S.SOURCE)
-    (ln,) = S.geometry(version, *shape, dt, cfg)
-    regs = comp.report[comp.symbols[ln.kernel]]["registers"]
-    blocks = occupancy_estimate(regs, ln.block[0])
-    if version == "v9_stream":                 # the double buffer bounds it too
-        blocks = min(blocks, S.stream_ctas_per_sm(dt, S.raw_config(version, shape[1], dt, cfg)))
-    return regs, blocks, blocks * S.block_row_bytes(ln, shape[1], dt) / 1024
+def residency(label, shape, dt, cfg):
+    """(registers, resident blocks per SM, KiB of rows resident per SM): ptxas through utils.occupancy."""
+    r = S.resident(label, S.shape_problem(*shape, dt), cfg)
+    return r.registers, r.blocks, r.bytes_per_sm / 1024
 
 
 def stream_grid(shape, dt, cfg):
-    """Clusters of v9's persistent grid as launched (lowered to what the driver says fits at once)."""
-    (ln,) = S.geometry("v9_stream", *shape, dt, cfg)
-    ln = S._resident(ln, S._function(ln))
-    return ln.grid[0] // ln.cluster
+    """Clusters of v9's persistent grid as launched (the driver's cuOccupancyMaxActiveClusters)."""
+    from utils.occupancy import clusters_per_device
+    v = S.VERSIONS["v9_stream"]
+    (ln,) = v.launches(S.shape_problem(*shape, dt), cfg)
+    fit = clusters_per_device(v.source.function(ln.kernel), ln.threads, ln.smem, ln.cluster)
+    return min(shape[0], fit) if fit else shape[0]
 
 
 def main():
@@ -93,7 +82,8 @@ def main():
     import torch
 
     t = time.perf_counter()
-    S.SOURCE.function(S.name_expressions()[0])          # one NVRTC compile of every instance
+    for src in S.VERSIONS.sources():                    # one NVRTC compile per version's file
+        src.function(src.name_expressions[0])
     print(f"# NVRTC compile of {len(S.name_expressions())} instances: {time.perf_counter() - t:.1f} s", flush=True)
     copy = copy_gbps(target_ms=100)
     print(f"# copy ceiling (1 GiB, read + write): {copy:.0f} GB/s", flush=True)
@@ -104,7 +94,7 @@ def main():
         for dn in args.dtypes.split(","):
             dt = NP_DTYPE[dn]
             nbytes = S.nbytes(*shape, itemsize=np.dtype(dt).itemsize)
-            x = S.random_input(shape, dt)
+            x, _ = S.random_input(shape, dt, seed=6)
             ref = S.reference(x)
             tx = S.as_torch(x)
             peer_us = {}
@@ -140,12 +130,12 @@ def main():
                     y = poisoned(shape, dt)
                     if version is None:
                         run = lambda y=y: S.softmax(x, out=y)        # noqa: E731
-                        chosen = S.plan(*shape, dt)
-                        cfg_c = S.raw_config(chosen, shape[1], dt) if chosen in S.RAW_TABLES else None
+                        chosen = S.dispatch(*shape, dt)
+                        cfg_c = S.VERSIONS[chosen].resolve_config(S.shape_problem(*shape, dt))
                         name = f"dispatch({chosen}{list(cfg_c) if cfg_c else ''})"
-                        occ = residency(chosen, shape, dt, cfg_c)
+                        occ = residency(chosen, shape, dt, cfg_c) if chosen != "v1_online" else (0, 0, 0)
                     else:
-                        run = S.bind(version, x, y, cfg)
+                        run = S.VERSIONS[version].bind(x, y, config=cfg)
                         occ = residency(version, shape, dt, cfg)
                         if version == "v9_stream":
                             name = f"{name} G={stream_grid(shape, dt, cfg)}"
