@@ -232,3 +232,27 @@ def test_pack_tinygemm_matches_the_reference(M, K, N):
     assert_close(out, a.astype(cupy.float32) @ W, dtype="bfloat16", name=f"tinygemm M={M} K={K} N={N}")
     with pytest.raises(ValueError, match="expected shape"):
         Q.pack_tinygemm(q, z[:-1], s)
+
+
+# The chapter's ladders: their cases, references and peers, and one version checked through the harness.
+@pytest.mark.parametrize("which,shape", [("gemv", (1, 1152, 1040)), ("gemm", (37, 256, 1040))])
+def test_ladder_cases_references_and_peers(which, shape):
+    import torch
+    from kernels.quant import ladders
+    from utils.check import assert_close
+    lad = (ladders.gemv_ladder if which == "gemv" else ladders.gemm_ladder)(None, [shape], seed=SEED,
+                                                                           tinygemm=hasattr(torch, "_weight_int4pack_mm"))
+    case, ref, seed = lad.case(shape, "bfloat16", fresh_for="test")
+    for impl, factory in lad.peers.items():
+        assert_close(factory(case)(), ref, dtype="bfloat16", name=f"{which} peer {impl} {shape} (seed {seed})")
+    label = "v1_magic" if which == "gemv" else "v2_marlin"
+    assert lad.check(label) >= 1
+
+
+def test_mma_codes_on_the_device():
+    import cupy
+    from kernels import quant as Q
+    from kernels.quant.ladders import mma_codes
+    q, _, _ = Q.random_int4_problem(256, 48, seed=SEED)
+    assert bool((mma_codes(Q.pack_mma(q)) == q).all()), f"seed {SEED}"
+    assert isinstance(q, cupy.ndarray)
