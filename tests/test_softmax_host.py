@@ -423,3 +423,26 @@ def test_a_recorded_config_reads_back_as_the_named_config(label):
     cfg = S.VERSIONS[label].default(problem(8, 1000, np.float32))
     assert S.config_of(label, dict(cfg._asdict())) == cfg and type(S.config_of(label, dict(cfg._asdict()))) is type(cfg)
     assert S.config_of(label, list(cfg)) == cfg and S.config_of(label, tuple(cfg))._fields == cfg._fields
+
+
+@pytest.mark.parametrize("label", LABELS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_every_plan_gives_every_row_to_some_block(dtype, label):
+    # a warp version's grid x warps per block x rows per warp, a block version's grid x, a cluster version's
+    # grid y must cover the rows; a persistent grid (v9) needs one cluster at least and none beyond the rows
+    v = S.VERSIONS[label]
+    for rows in (1, 7, 37, 199, 8193):
+        p = problem(rows, 1000, dtype)
+        for cfg in (v.all_configs(p) or (None,)):
+            if cfg is not None and not v.supports(p, cfg):
+                continue
+            for ln in v.launches(p, cfg):
+                if label in S.WARP_VERSIONS:
+                    per_block = ln.threads // 32 * getattr(S.config_of(label, cfg or v.default(p)), "rows_per_warp", 1)
+                    assert ln.grid[0] * per_block >= rows > (ln.grid[0] - 1) * per_block, (cfg, rows, ln.grid)
+                elif label in S.CLUSTER_ROW_VERSIONS:
+                    assert ln.grid[1] == rows, (cfg, rows, ln.grid)
+                elif label == "v9_stream":
+                    assert 1 <= ln.grid[0] // ln.cluster <= rows and ln.persistent
+                else:
+                    assert ln.grid[0] == rows, (cfg, rows, ln.grid)
