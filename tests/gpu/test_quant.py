@@ -6,8 +6,11 @@ Each test is parametrized by version label, so a failure names the version; the 
 import numpy as np
 import pytest
 
+from kernels import quant as Q  # importing needs no GPU
+
 pytestmark = pytest.mark.gpu
 SEED = 9
+CONVERT_LABELS, GEMV_LABELS, GEMM_LABELS = list(Q.CONVERT), list(Q.GEMV), list(Q.GEMM)   # a new version is tested as it is registered
 
 
 def _bf16_normal(shape, seed=SEED):
@@ -82,7 +85,7 @@ def test_fp8_quant_and_dequant(shape):
 
 
 
-@pytest.mark.parametrize("label", ["v0_naive", "v1_magic", "v2_magic_interleaved", "v3_magic_fp16"])
+@pytest.mark.parametrize("label", CONVERT_LABELS)
 @pytest.mark.parametrize("words", [4, 4 * 777, 4 * 65536])
 def test_int4_conversions_are_exact(label, words):
     import cupy
@@ -98,7 +101,7 @@ def test_int4_conversions_are_exact(label, words):
 GEMV_SHAPES = [(128, 40), (384, 1008), (1152, 1000), (4224, 4104), (16384, 264), (8192, 8192)]
 
 
-@pytest.mark.parametrize("label", ["v0_naive", "v1_magic", "v2_pipelined", "v3_ring", "v4_mma", "v5_split", "v6_tiled"])
+@pytest.mark.parametrize("label", GEMV_LABELS)
 @pytest.mark.parametrize("K,N", GEMV_SHAPES)
 def test_gemv_versions_match_the_reference(label, K, N):
     """Every instantiated config of every version; the split-K versions also at 1, 3 and the most splits."""
@@ -136,19 +139,26 @@ def test_gemv_split_k_is_deterministic_and_repeatable(label):
         assert cupy.array_equal(args[-1].view(cupy.uint16), first.view(cupy.uint16)), f"{v.name} (seed {SEED})"
 
 
-@pytest.mark.parametrize("label", ["v1_magic", "v3_ring", "v4_mma", "v5_split"])
-def test_gemv_extreme_activations(label):
-    """x of magnitude 1e4 and zero points 0 and 15: the bf16x2 sums and the biased-code mma stay in range."""
+@pytest.mark.parametrize("label,scale,shift", [(lab, s, 0.0) for lab in ("v1_magic", "v3_ring", "v5_split", "v6_tiled")
+                                               for s in (1e-5, 1e4)]
+                         + [("v4_mma", s, s) for s in (1e-3, 1.0, 300.0)])
+def test_gemv_extreme_activations(label, scale, shift):
+    """Tiny and large x: the bf16x2 sums keep both ends; for v4, x with a large mean and all-15 zero points
+    stress the folded zero point - (128 + z) sum(x)."""
     import cupy
     from kernels import quant as Q
-    from utils.check import assert_close
+    from utils.check import assert_close, poisoned
+    K, N = 2048, 256
+    q, z, s = Q.random_int4_problem(K, N, seed=SEED)
+    if label == "v4_mma":
+        z = cupy.full_like(z, 15)
+    qweight, qzeros = Q.pack_gptq(q, z)
+    x = (_bf16_normal((1, K)).astype(cupy.float32) * scale + shift).astype(Q.BF16)
+    out = poisoned((1, N), Q.BF16)
     v = Q.GEMV[label]
-    args, kw, _ = _gemv_case(1024, 256)
-    x = (_bf16_normal((1, 1024)).astype(cupy.float32) * 1e4).astype(Q.BF16)
-    args = (x, *args[1:])
-    ref = Q.gemv_reference(x, args[1], args[2], args[3])
-    v(*args, **kw)
-    assert_close(args[-1], ref, dtype="bfloat16", name=f"{v.name} |x| ~ 1e4 (seed {SEED})")
+    v(x, qweight, qzeros, s, out, **v.prepare(qweight))
+    assert_close(out, Q.gemv_reference(x, qweight, qzeros, s), dtype="bfloat16",
+                 name=f"{v.name} |x| ~ {scale} + {shift} (seed {SEED})")
 
 
 def test_gemv_rejects_partial_groups_on_the_device():
@@ -162,7 +172,7 @@ def test_gemv_rejects_partial_groups_on_the_device():
 GEMM_MS = (1, 5, 16, 17, 32, 37, 48, 64)
 
 
-@pytest.mark.parametrize("label", ["v1_mma", "v2_marlin", "v3_stripe", "v4_post"])
+@pytest.mark.parametrize("label", GEMM_LABELS)
 @pytest.mark.parametrize("K,N", [(128, 48), (384, 272), (1152, 1040), (8192, 8192)])
 def test_gemm_versions_match_the_reference(label, K, N):
     """Every M of GEMM_MS the version takes, at every config for its m16 tile count; v2/v4 at 1, 3 and the
