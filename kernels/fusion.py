@@ -461,13 +461,16 @@ def reference_case(op: str, case):
     raise ValueError(f"op: expected one of {list(REGISTRIES)}, got {op!r}")
 
 
+# op -> its ledger function, taking the op's ladder shape
+LEDGERS = {"bias_gelu": ledger_bias_gelu, "swiglu": ledger_swiglu, "add_rmsnorm": ledger_add_rmsnorm,
+           "rope": ledger_rope}
+
+
 def fused_bytes(op: str, shape) -> int:
     """The fused kernel's minimal HBM bytes for ``op`` at ``shape`` (the ledgers' 'fused')."""
-    ledgers = {"bias_gelu": ledger_bias_gelu, "swiglu": ledger_swiglu, "add_rmsnorm": ledger_add_rmsnorm,
-               "rope": ledger_rope}
-    if op not in ledgers:
-        raise ValueError(f"op: expected one of {list(ledgers)}, got {op!r}")
-    return ledgers[op](*shape)["fused"]
+    if op not in LEDGERS:
+        raise ValueError(f"op: expected one of {list(LEDGERS)}, got {op!r}")
+    return LEDGERS[op](*shape)["fused"]
 
 
 def ladder_inputs(op: str) -> dict:
@@ -563,3 +566,118 @@ def cupy_rope(q, k, cos, sin, q_out, k_out):
 
 CUPY_ROUTE = {"bias_gelu": cupy_bias_gelu, "swiglu": cupy_swiglu, "add_rmsnorm": cupy_add_rmsnorm,
               "rope": cupy_rope}
+
+
+# --- the peers: the torch chains a reader writes (eager, and under torch.compile), and the CuPy route ---
+# Each chain takes the op's input tensors and returns its output(s); torch is imported by the callers.
+
+def eager_bias_gelu(x, b):
+    import torch.nn.functional as TF
+    return TF.gelu(x + b)                           # erf GELU, torch's default
+
+
+def eager_swiglu(x):
+    import torch.nn.functional as TF
+    H = x.shape[1] // 2
+    return TF.silu(x[:, :H]) * x[:, H:]
+
+
+def eager_add_rmsnorm(x, r, w):
+    """Residual add, then Hugging Face's LlamaRMSNorm: fp32 statistics, bf16 storage."""
+    import torch
+    h = x + r
+    hf = h.float()
+    var = hf.pow(2).mean(-1, keepdim=True)
+    hf = hf * torch.rsqrt(var + EPS)
+    return h, w * hf.to(torch.bfloat16)
+
+
+def add_then_rms_norm(x, r, w):
+    """Residual add, then PyTorch's own rms_norm operator."""
+    import torch.nn.functional as TF
+    h = x + r
+    return h, TF.rms_norm(h, (x.shape[1],), w, EPS)
+
+
+def rotate_half(x):
+    import torch
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def eager_rope(q, k, c, s):
+    """c, s: [T, 1, D] tables built once per forward pass (as Hugging Face's rotary module does)."""
+    return q * c + rotate_half(q) * s, k * c + rotate_half(k) * s
+
+
+EAGER_CHAINS = {"bias_gelu": eager_bias_gelu, "swiglu": eager_swiglu, "add_rmsnorm": eager_add_rmsnorm,
+                "rope": eager_rope}
+CUPY_NAMES = {"bias_gelu": "cupy.ElementwiseKernel", "swiglu": "cupy.ElementwiseKernel",
+              "add_rmsnorm": "cupy.ReductionKernel+ElementwiseKernel", "rope": "cupy.ElementwiseKernel"}
+N_INPUTS = {"bias_gelu": 2, "swiglu": 1, "add_rmsnorm": 3, "rope": 4}
+
+
+def torch_inputs(op: str, case) -> list:
+    """The case's input arrays as torch tensors on the same memory; RoPE's [T, D/2] tables widened once to
+    the [T, 1, D] tables the eager chain multiplies by."""
+    import torch
+
+    from utils.arrays import as_torch
+    ts = [as_torch(a) for a in case.args[:N_INPUTS[op]]]
+    if op == "rope":
+        ts[2:] = [torch.cat((t, t), -1)[:, None, :] for t in ts[2:]]
+    return ts
+
+
+def torch_peer(op: str, chain, compile_seconds: dict | None = None, name: str = ""):
+    """A ladder peer factory running ``chain`` (torch tensors in, tensors out) on a case's inputs and handing
+    back CuPy views of its outputs. With ``compile_seconds`` (a dict) the chain runs under torch.compile
+    (dynamic=False: this one shape), compiled by a first call outside the timing, its seconds recorded."""
+    def factory(case):
+        import time
+
+        import torch
+
+        from utils.arrays import from_torch
+        fn, ts = chain, torch_inputs(op, case)
+        if compile_seconds is not None:
+            fn = torch.compile(chain, dynamic=False)
+            t0 = time.perf_counter()
+            fn(*ts)
+            torch.cuda.synchronize()
+            compile_seconds[name or op] = time.perf_counter() - t0
+
+        def run():
+            out = fn(*ts)
+            return tuple(from_torch(t) for t in out) if isinstance(out, tuple) else from_torch(out)
+        return run
+    return factory
+
+
+def cupy_peer(op: str):
+    """A ladder peer factory for the CuPy route of ``op``, writing into buffers of its own."""
+    def factory(case):
+        import cupy
+        ins = case.args[:N_INPUTS[op]]
+        outs = tuple(cupy.empty_like(case.args[i]) for i in case.outputs)
+        extra = (cupy.empty(ins[0].shape[0], cupy.float32),) if op == "add_rmsnorm" else ()
+
+        def run():
+            CUPY_ROUTE[op](*ins, *outs, *extra)
+            return outs if len(outs) > 1 else outs[0]
+        return run
+    return factory
+
+
+def peers(op: str, compile_seconds: dict | None = None) -> dict:
+    """The chapter's peers of ``op`` as ladder factories: the eager torch chain (and, for add_rmsnorm, torch's
+    own rms_norm after the add), the same chain under torch.compile (compile seconds into ``compile_seconds``
+    when given), and the CuPy route."""
+    if op not in EAGER_CHAINS:
+        raise ValueError(f"op: expected one of {list(EAGER_CHAINS)}, got {op!r}")
+    out = {"torch.eager": torch_peer(op, EAGER_CHAINS[op])}
+    if op == "add_rmsnorm":
+        out["torch.add+F.rms_norm"] = torch_peer(op, add_then_rms_norm)
+    out["torch.compile"] = torch_peer(op, EAGER_CHAINS[op], {} if compile_seconds is None else compile_seconds)
+    out[CUPY_NAMES[op]] = cupy_peer(op)
+    return out

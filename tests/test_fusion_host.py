@@ -412,11 +412,18 @@ def test_ladder_inputs_cost_the_fused_bytes(op):
              "rope": (8192, 32, 32, 128)}[op]
     spec = F.ladder_inputs(op)
     assert set(spec) == {"make", "reference", "nbytes"}
-    ledger = {"bias_gelu": F.ledger_bias_gelu, "swiglu": F.ledger_swiglu, "add_rmsnorm": F.ledger_add_rmsnorm,
-              "rope": F.ledger_rope}[op](*shape)
+    ledger = F.LEDGERS[op](*shape)
     assert spec["nbytes"](shape, BF) == ledger["fused"]
     with pytest.raises(ValueError, match="op: expected one of"):
         F.ladder_inputs("gelu")
+
+
+@pytest.mark.parametrize("op", list(F.REGISTRIES))
+def test_peers_are_the_eager_chain_compile_and_cupy(op):
+    names = list(F.peers(op))
+    assert names[0] == "torch.eager" and "torch.compile" in names and names[-1] == F.CUPY_NAMES[op]
+    with pytest.raises(ValueError, match="op: expected one of"):
+        F.peers("gelu")
 
 
 # --- the polynomial GELU of bias_gelu_v2: the error bound stated in fusion_scalar.cuh ------------------

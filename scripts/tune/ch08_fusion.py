@@ -18,10 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import cupy
 import numpy as np
 import torch
-import torch.nn.functional as TF
 
 from kernels import fusion as F
-from utils.arrays import as_torch, from_torch
 from utils.bench import bench
 from utils.check import assert_close, poison
 from utils.hardware import copy_gbps
@@ -29,52 +27,15 @@ from utils.hardware import copy_gbps
 T_TOK, HID, FFN, HEADS, HDIM = 8192, 4096, 11008, 32, 128
 SHAPES = {"bias_gelu": (T_TOK, HID), "swiglu": (T_TOK, FFN), "add_rmsnorm": (T_TOK, HID),
           "rope": (T_TOK, HEADS, HEADS, HDIM)}
-LEDGERS = {"bias_gelu": F.ledger_bias_gelu, "swiglu": F.ledger_swiglu, "add_rmsnorm": F.ledger_add_rmsnorm,
-           "rope": F.ledger_rope}
 SEED = 8
 T0 = time.perf_counter()
 ROWS = []
 
 
-# --- the torch chains (eager, and the same functions under torch.compile) --------------------------------
-
-def eager_bias_gelu(x, b, y):
-    return TF.gelu(x + b)
-
-
-def eager_swiglu(x, y):
-    H = x.shape[1] // 2
-    return TF.silu(x[:, :H]) * x[:, H:]
-
-
-def eager_add_rmsnorm(x, r, w, ro, y):
-    h = x + r
-    hf = h.float()
-    var = hf.pow(2).mean(-1, keepdim=True)
-    hf = hf * torch.rsqrt(var + F.EPS)
-    return h, w * hf.to(torch.bfloat16)
-
-
-def rot(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def eager_rope(q, k, c, s, qo, ko):
-    return q * c + rot(q) * s, k * c + rot(k) * s
-
-
-EAGER = {"bias_gelu": eager_bias_gelu, "swiglu": eager_swiglu, "add_rmsnorm": eager_add_rmsnorm, "rope": eager_rope}
-
-
-def torch_args(op, case):
-    """The case's arrays as torch tensors; RoPE's [T, D/2] tables widened to [T, 1, D] once, as HF does."""
-    ts = [as_torch(a) for a in case.args]
-    if op == "rope":
-        c, s = ts[2], ts[3]
-        ts[2] = torch.cat((c, c), -1)[:, None, :]
-        ts[3] = torch.cat((s, s), -1)[:, None, :]
-    return ts
+def ours_names(op):
+    reg = F.REGISTRIES[op]
+    return {lab if cfg is None else f"{lab}[{cfg.rows},{cfg.gelu}]" for lab in reg
+            for cfg in (reg[lab].all_configs() or (None,))}
 
 
 def measure(op, cand, fn, check, nbytes, copy):
@@ -94,7 +55,7 @@ def measure(op, cand, fn, check, nbytes, copy):
         return
     gbs = nbytes / (t.ms * 1e-3) / 1e9
     ROWS.append({"op": op, "candidate": cand, "shape": list(SHAPES[op]), "dtype": "bfloat16", "us": t.ms * 1e3,
-                 "GB/s": gbs, "of_copy": gbs / copy, "is_peer": cand.startswith("torch.")})
+                 "GB/s": gbs, "of_copy": gbs / copy, "is_peer": cand not in ours_names(op)})
 
 
 def run_op(op, copy, use_compile):
@@ -108,19 +69,17 @@ def run_op(op, copy, use_compile):
         for i, (o, r) in enumerate(zip(outs, refs)):
             assert_close(o, r, dtype="bfloat16", name=f"{op} {name} output {i}")
 
-    targs = torch_args(op, case)
-    chains = {"torch.eager": EAGER[op]}
-    if use_compile:
-        chains["torch.compile"] = torch.compile(EAGER[op], dynamic=False)
-    for name, chain in chains.items():
+    for name, factory in F.peers(op).items():
+        if name == "torch.compile" and not use_compile:
+            continue
+        fn = factory(case)
         box = {}
 
-        def run(chain=chain, box=box):
-            box["out"] = chain(*targs)
+        def run(fn=fn, box=box):
+            box["out"] = fn()
 
         def check(box=box, name=name):
-            out = box["out"] if isinstance(box["out"], tuple) else (box["out"],)
-            check_outputs([from_torch(t.contiguous()) for t in out], name)
+            check_outputs(box["out"] if isinstance(box["out"], tuple) else (box["out"],), name)
         measure(op, name, run, check, nbytes, copy)
 
     outs = [case.args[i] for i in case.outputs]
@@ -156,7 +115,7 @@ def main():
     print(f"\n{'op':<12} {'candidate':<22} {'us':>8} {'GB/s':>7} {'copy':>6} {'vs eager':>8} {'/pred':>6} "
           f"{'vs compile':>10}")
     for op, rows in by.items():
-        pred = F.predicted_speedup(LEDGERS[op](*SHAPES[op]))
+        pred = F.predicted_speedup(F.LEDGERS[op](*SHAPES[op]))
         eager, comp = rows.get("torch.eager"), rows.get("torch.compile")
         for cand, row in rows.items():
             sp = eager["us"] / row["us"] if eager else float("nan")

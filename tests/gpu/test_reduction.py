@@ -29,10 +29,10 @@ def _version_or_skip(label, dtype="float32"):
 
 
 def _data(n, dtype, seed):
-    from utils.arrays import random_normal
-    x, _ = random_normal((n,), dtype, seed=seed)
-    x += x.dtype.type(1)
-    return x
+    from utils.arrays import bf16, random_normal
+    x, _ = random_normal((n,), "float32", seed=seed)
+    x += 1                                    # in fp32, then rounded once to bf16
+    return x if dtype == "float32" else x.astype(bf16())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
