@@ -246,3 +246,56 @@ def clusters_at_one_block_per_sm(sizes=PROBE_SIZES, threads: int = THREADS) -> d
     from utils.occupancy import clusters_per_device
     smem = facts().smem_per_block_optin
     return {n: clusters_per_device(SOURCE.function(occupancy_probe_kernel(n)), threads, smem, n) for n in sizes}
+
+
+# --- reading the exchange's record ----------------------------------------------------------------------
+
+def exchange_times(entries, sizes, groups=CLUSTER_SIZES) -> dict:
+    """(G, N) -> {version label: microseconds per exchange}, from the record's ``cluster_reduce`` entries
+    (shape (G, TILE, N), metric in us)."""
+    out = {(int(g), int(n)): {} for g in sizes for n in groups}
+    for e in entries:
+        if e["op"] != "cluster_reduce":
+            continue
+        g, _, n = (int(s) for s in e["shape"])
+        if (g, n) in out:
+            out[g, n][e["impl"]] = float(e["metric"])
+    missing = [k for k, v in out.items() if len(v) < len(VERSIONS)]
+    if missing:
+        raise ValueError(f"expected every version timed at every (G, N); missing entries at {missing}")
+    return out
+
+
+def model_us(version: str, blocks: int, group: int, copy_gbps: float) -> float:
+    """The bytes model of one exchange: :func:`global_bytes` at the copy bandwidth (GB/s), in us."""
+    return global_bytes(version, blocks, group) / (copy_gbps * 1e3)
+
+
+def exchange_table(times):
+    """Per (G, N): every version's time and the two ratios the chapter reads (v0 / v3, v2 / v3)."""
+    from utils.table import Table
+    labels = list(VERSIONS)
+    rows = [[g, n, *[f"{us[lab]:.1f}" for lab in labels],
+             f"{us['v0_global_2launch'] / us['v3_cluster_dsmem']:.2f}x",
+             f"{us['v2_cluster_global'] / us['v3_cluster_dsmem']:.2f}x"] for (g, n), us in times.items()]
+    return Table(["G", "N", *[f"{lab} (us)" for lab in labels], "v0 / v3", "v2 / v3"], rows)
+
+
+def plot_exchange(times):
+    """Bars of every version's time per exchange, one panel per grid size G, one group per N."""
+    import matplotlib.pyplot as plt
+    sizes = sorted({g for g, _ in times})
+    groups = sorted({n for _, n in times})
+    labels = list(VERSIONS)
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 3.8), squeeze=False)
+    width = 0.8 / len(labels)
+    for ax, g in zip(axes[0], sizes):
+        for j, lab in enumerate(labels):
+            ax.bar(np.arange(len(groups)) + (j - (len(labels) - 1) / 2) * width,
+                   [times[g, n][lab] for n in groups], width, label=lab)
+        ax.set_xticks(range(len(groups)), [f"N = {n}" for n in groups])
+        ax.set_ylabel("us per exchange (graph replay)")
+        ax.set_title(f"G = {g} blocks, {g * TILE * 4 / 1e6:.1f} MB of partial tiles")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -420,3 +420,68 @@ def sass_summary(sass_text: str, keep=("BSSY", "BSYNC", "BRA", "WARPSYNC", "FFMA
         else:
             out.append(text)
     return out
+
+
+# --- reading the latency sweep ----------------------------------------------------------------------
+# The record's latency_sweep entries have shape (n4, warps per SM, ILP) and metric GB/s.
+
+def sweep_points(entries) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(warps per SM, ILP, load bytes in flight per SM, GB/s) of every point of the latency sweep."""
+    if not entries:
+        raise ValueError("expected latency_sweep entries, got none")
+    warps = np.array([int(e["shape"][1]) for e in entries])
+    ilp = np.array([int(e["shape"][2]) for e in entries])
+    inflight = np.array([bytes_in_flight_per_sm(w, i) for w, i in zip(warps, ilp)], dtype=float)
+    return warps, ilp, inflight, np.array([float(e["metric"]) for e in entries])
+
+
+@dataclasses.dataclass(frozen=True)
+class LatencyFit:
+    latency_ns: float   # median of SMs x bytes in flight / bandwidth over the points below half of copy
+    knee_bytes: float   # load bytes in flight per SM that sustain the copy at that latency (Little's law)
+    points: int         # how many points the median took
+
+
+def fit_latency(entries, sms: int, copy_gbps: float) -> LatencyFit:
+    """Little's law on the points far below the ceiling: latency = bytes in flight / bandwidth."""
+    _, _, inflight, gbps = sweep_points(entries)
+    low = gbps < 0.5 * copy_gbps
+    if not low.any():
+        raise ValueError("no point of the sweep is below half of the copy: nothing to read a latency from")
+    lat = float(np.median(sms * inflight[low] / gbps[low]))
+    return LatencyFit(lat, copy_gbps * lat / sms, int(low.sum()))
+
+
+def ilp_over_warps(entries) -> list[float]:
+    """Bandwidth of (w warps, ILP k) over (w * k warps, ILP 1): the same bytes in flight from ILP
+    instead of warps, for every pair the sweep has."""
+    warps, ilp, _, gbps = sweep_points(entries)
+    by = {(int(w), int(i)): g for w, i, g in zip(warps, ilp, gbps)}
+    return [g / by[w * i, 1] for (w, i), g in by.items() if i > 1 and (w * i, 1) in by]
+
+
+def swept_gbps(entries, inflight_bytes: float) -> float:
+    """The read stream's best bandwidth at ``inflight_bytes`` per SM, interpolated in log2 of the bytes."""
+    _, _, inflight, gbps = sweep_points(entries)
+    xs = np.array(sorted(set(inflight)))
+    ys = np.array([gbps[inflight == x].max() for x in xs])
+    return float(np.interp(np.log2(inflight_bytes), np.log2(xs), ys))
+
+
+def plot_latency_sweep(entries, sms: int, copy_gbps: float, latency_ns: float):
+    """Bandwidth against load bytes in flight per SM, one marker per ILP, with min(copy, Little's law)."""
+    import matplotlib.pyplot as plt
+    _, ilp, inflight, gbps = sweep_points(entries)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for k, marker in zip(READ_ILPS, "os^D"):
+        ax.scatter(inflight[ilp == k] / 1024, gbps[ilp == k], marker=marker, label=f"ILP {k}", zorder=3)
+    xs = np.logspace(np.log10(inflight.min() / 1024 / 1.5), np.log10(inflight.max() / 1024 * 1.5), 100)
+    ax.plot(xs, np.minimum(littles_law_gbps(xs * 1024, sms, latency_ns), copy_gbps), "k:", lw=1,
+            label=f"min(copy, Little's law at {latency_ns:.0f} ns)")
+    ax.axhline(copy_gbps, color="k", ls="--", lw=1, label="copy (this run)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("load bytes in flight per SM (KiB) = warps x 512 B x ILP")
+    ax.set_ylabel("GB/s")
+    ax.set_title("read bandwidth vs bytes in flight (512 MiB stream)")
+    ax.legend(fontsize=8)
+    return fig

@@ -240,3 +240,38 @@ def test_stream_and_launch_helpers_check_arguments():
                         FakeDeviceArray((2, 4), np.float32), 1, [object()], blocks=1)
     with pytest.raises(ValueError, match="reps"):
         ln.capture_graph(lambda: None, 0, object())
+
+
+def test_cluster_occupancy_probes_exist_for_every_size():
+    from utils.show import snippets
+    src = cl.SOURCE.path.read_text()
+    assert "cluster_probe" in snippets(src)
+    for n in cl.PROBE_SIZES:
+        assert f"CLUSTER_PROBE({n})" in src and cl.occupancy_probe_kernel(n) == f"cluster_probe_c{n}"
+    with pytest.raises(ValueError, match="1..16"):
+        cl.occupancy_probe_kernel(17)
+    assert set(cl.SOURCE.ptxas()) >= {f"cluster_probe_c{n}" for n in cl.PROBE_SIZES}
+
+
+def fake_exchange_entries(sizes=(528, 8448)):
+    out = []
+    for g in sizes:
+        for n in cl.CLUSTER_SIZES:
+            for k, lab in enumerate(cl.VERSIONS):
+                out.append({"op": "cluster_reduce", "impl": lab, "shape": [g, cl.TILE, n], "metric": 1.0 + k + n})
+    return out
+
+
+def test_exchange_times_table_and_plot():
+    import matplotlib
+    matplotlib.use("Agg")
+    t = cl.exchange_times(fake_exchange_entries() + [{"op": "other", "impl": "x", "shape": [1], "metric": 0}],
+                          (528, 8448))
+    assert t[528, 4]["v2_cluster_global"] == 1.0 + 2 + 4 and len(t) == 6
+    table = cl.exchange_table(t)
+    assert table.columns[-2:] == ["v0 / v3", "v2 / v3"] and len(table.rows) == 6
+    assert table.rows[0][-2] == f"{(1 + 0 + 2) / (1 + 3 + 2):.2f}x"
+    assert len(cl.plot_exchange(t).axes) == 2
+    with pytest.raises(ValueError, match="missing"):
+        cl.exchange_times(fake_exchange_entries()[:-1], (528, 8448))
+    assert cl.model_us("v3", 8, 4, 1.0) == cl.global_bytes("v3", 8, 4) / 1e3

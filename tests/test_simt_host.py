@@ -277,3 +277,25 @@ def test_the_chapter_ladder_and_its_cases():
     assert c.shape == (37,) and case.out is c
     np.testing.assert_array_equal(lad.reference(case), a + b, err_msg=f"seed {SEED}")
     assert lad.cost((37,), np.float32)["nbytes"] == 12 * 37
+
+
+def sweep_entry(warps, ilp, gbps):
+    return {"shape": [1 << 25, warps, ilp], "metric": gbps}
+
+
+def test_latency_sweep_readings():
+    import matplotlib
+    matplotlib.use("Agg")
+    sms, copy = 132, 4000.0
+    lat = 500.0                                   # ns: every point below the ceiling obeys Little's law
+    pts = [sweep_entry(w, i, min(copy, simt.littles_law_gbps(simt.bytes_in_flight_per_sm(w, i), sms, lat)))
+           for i in simt.READ_ILPS for w in (2, 4, 8, 16)]
+    fit = simt.fit_latency(pts, sms, copy)
+    assert fit.latency_ns == pytest.approx(lat) and fit.knee_bytes == pytest.approx(copy * lat / sms)
+    assert fit.points == sum(1 for e in pts if e["metric"] < 0.5 * copy)
+    assert simt.ilp_over_warps(pts) and all(r == pytest.approx(1.0) for r in simt.ilp_over_warps(pts))
+    x = simt.bytes_in_flight_per_sm(4, 1)
+    assert simt.swept_gbps(pts, x) == pytest.approx(simt.littles_law_gbps(x, sms, lat))
+    assert simt.plot_latency_sweep(pts, sms, copy, fit.latency_ns).axes
+    with pytest.raises(ValueError, match="below half"):
+        simt.fit_latency([sweep_entry(64, 8, copy)], sms, copy)
