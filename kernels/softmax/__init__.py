@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from utils.arrays import as_torch, ceil_div, dtype_name, from_torch  # noqa: F401 (re-exported for chapter 9)
+from utils.arrays import ceil_div, dtype_name
 from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
 from utils.version import Launch, Registry, Unsupported, Version, Workspace, config_type

@@ -27,6 +27,7 @@ import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kernels import softmax as S  # noqa: E402
+from utils.arrays import as_torch, from_torch  # noqa: E402
 from utils.bench import bench  # noqa: E402
 from utils.hardware import copy_gbps  # noqa: E402
 from utils.check import assert_close, poisoned  # noqa: E402
@@ -96,7 +97,7 @@ def main():
             nbytes = S.nbytes(*shape, itemsize=np.dtype(dt).itemsize)
             x, _ = S.random_input(shape, dt, seed=6)
             ref = S.reference(x)
-            tx = S.as_torch(x)
+            tx = as_torch(x)
             peer_us = {}
             peers = [("torch.softmax", lambda t_: torch.softmax(t_, dim=-1))]
             if not args.no_compile:
@@ -106,7 +107,7 @@ def main():
                 try:
                     box = {}
                     box["y"] = fn(tx)
-                    assert_close(S.from_torch(box["y"]), ref, dtype=dn, name=name)
+                    assert_close(from_torch(box["y"]), ref, dtype=dn, name=name)
                     tm = bench(lambda fn=fn: box.__setitem__("y", fn(tx)), **BENCH)
                     peer_us[name] = tm.ms * 1e3
                 except Exception as exc:          # a peer failing must not stop the batch

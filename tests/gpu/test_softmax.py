@@ -195,6 +195,7 @@ def test_early_arrive_gives_v10s_bits_over_many_waves(label, dt, cfg):
 @pytest.mark.parametrize("dt", DTYPES, ids=DTYPE_IDS)
 def test_dispatcher_on_every_targets_width_against_torch(dt):
     import torch
+    from utils.arrays import as_torch, from_torch
     from utils.check import assert_close, poisoned
     for cols in (1024, 4096, 16384, 65536, 262144):
         shape = (3, cols)
@@ -204,8 +205,8 @@ def test_dispatcher_on_every_targets_width_against_torch(dt):
         name = f"dispatch {S.dispatch(*shape, dt)} {dt.name} {shape} (seed {seed})"
         assert_close(S.softmax(x, out=poisoned(shape, dt)), ref, dtype=dt.name, name=name)
         assert_close(S.softmax(x), ref, dtype=dt.name, name=name + ", out=None")
-        t = torch.softmax(S.as_torch(x), dim=-1)
-        assert_close(S.from_torch(t), ref, dtype=dt.name, name=f"torch.softmax {shape} (seed {seed})")
+        t = torch.softmax(as_torch(x), dim=-1)
+        assert_close(from_torch(t), ref, dtype=dt.name, name=f"torch.softmax {shape} (seed {seed})")
 
 
 def test_versions_reject_bad_arguments_on_the_gpu():
