@@ -134,3 +134,26 @@ def gemm_ladder(rec, shapes, *, seed: int = 9, tinygemm: bool = True) -> Ladder:
     """The GEMM ladder: checked on GEMM_ODD (M = 1 .. 64), timed on ``shapes`` beside a copy of the same bytes."""
     return Ladder(rec, GEMM, shapes=shapes, dtypes=["bfloat16"], make=make_gemm, reference=gemm_ref,
                   nbytes=gemm_cost, odd_shapes=GEMM_ODD, peers=peers(tinygemm), ceiling="same_bytes", seed=seed)
+
+
+def measure_read_same_bytes(rec, nbytes: int) -> dict:
+    """A read of ``nbytes`` (``cupy.sum`` of that many bytes of fp32, CUB's reduction: reads once, writes one
+    value), recorded as op ``read_same_bytes``: the ceiling TARGETS.md sets for the batch-1 GEMV, which reads
+    its ledger's bytes and writes almost nothing."""
+    import cupy
+    n = max(1, int(nbytes) // 4)
+    buf = cupy.random.RandomState(n % 2**31).standard_normal(n, dtype=cupy.float32)
+    want = float(buf.sum())
+
+    def check():
+        got = float(out["sum"])
+        if abs(got - want) > 1e-3 * (abs(want) + n ** 0.5):
+            raise AssertionError(f"read_same_bytes: sum {got} != {want}")
+
+    out = {}
+
+    def run():
+        out["sum"] = buf.sum()
+
+    return rec.time("read_same_bytes", "cupy.sum", run, dtype="float32", shape=(n,), nbytes=n * 4, is_peer=True,
+                    check=check)
