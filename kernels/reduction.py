@@ -217,9 +217,10 @@ BF16_VERSIONS = ("v4_vec", "v5_lastblock", "v6_cluster")
 
 # --- rounding-error bounds -------------------------------------------------------------------------
 
-def depth(version: str, n: int, dtype=np.float32, sms: int = 132, config=None) -> int:
+def depth(version: str, n: int, dtype=np.float32, sms: int | None = None, config=None) -> int:
     """The most fp32 additions any one input element passes through on its way to the result, for the
-    version labelled ``version`` with ``config`` (its default if None).
+    version labelled ``version`` with ``config`` (its default if None), on a GPU of ``sms`` SMs (default: this
+    one's, or the H200's on a CPU).
 
     Any order of summation with depth d satisfies |s - sum x| <= gamma_d * sum |x|,
     gamma_d = d u / (1 - d u) (Higham, Accuracy and Stability of Numerical Algorithms, ch. 4).
@@ -227,6 +228,9 @@ def depth(version: str, n: int, dtype=np.float32, sms: int = 132, config=None) -
     """
     n = int(n)
     label = VERSIONS[version].label
+    if sms is None:
+        from utils.hardware import facts
+        sms = facts().sms                                   # this GPU's, or the H200's on a CPU
     if label == "v0_atomic":
         return max(n - 1, 1)
     if label in ("v1_interleaved", "v2_sequential", "v3_shuffle"):
