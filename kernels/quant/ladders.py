@@ -99,14 +99,15 @@ def cublas_peer(case: Case):
 
 
 def tinygemm_peer(case: Case):
-    """PyTorch's own W4A16 kernel (torch._weight_int4pack_mm, tinygemm) on the same INT4 codes."""
+    """PyTorch's own W4A16 kernel (torch._weight_int4pack_mm, tinygemm) on the same INT4 codes. Returns the
+    torch tensor: the ladder views it as a CuPy array only in the check, outside the timed call."""
     import torch
 
-    from utils.arrays import as_torch, from_torch
+    from utils.arrays import as_torch
     q, z, s = codes(case)
     w, sz = pack_tinygemm(q, z, s)
     a = as_torch(case.args[0])
-    return lambda: from_torch(torch._weight_int4pack_mm(a, w, GROUP, sz))
+    return lambda: torch._weight_int4pack_mm(a, w, GROUP, sz)
 
 
 def gemv_cost(shape, dtype) -> int:
