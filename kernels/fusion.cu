@@ -21,7 +21,7 @@
 //
 // Every kernel has a 16-byte path (taken when the row length, or half-head, is a multiple of 8
 // elements: then every chunk is 16-byte aligned given 16-byte aligned base pointers, which the
-// launchers check) and a scalar path over the same work items for any other width.
+// problems in fusion.py check) and a scalar path over the same work items for any other width.
 #include <cuda_bf16.h>
 
 #include "common.cuh"
@@ -173,7 +173,7 @@ __device__ __forceinline__ void bias_gelu_rows(const bf16* __restrict__ x, const
     }
 }
 
-// One extern "C" entry point per (GELU form, rows per thread): the launcher picks among them by name.
+// One extern "C" entry point per (GELU form, rows per thread): bias_gelu_v3's configs (fusion.py) name them.
 #define BIAS_GELU_ROWS_KERNEL(NAME, FORM, ROWS)                                                       \
     extern "C" __global__ void __launch_bounds__(FUSE_THREADS)                                       \
     NAME(const bf16* __restrict__ x, const bf16* __restrict__ bias, bf16* __restrict__ y, int rows,  \
@@ -192,7 +192,7 @@ BIAS_GELU_ROWS_KERNEL(bias_gelu_erf_rows4, GELU_ERF, 4)
 // column chunk c; its gate chunk is x4[r * 2(H/8) + c], its up chunk H/8 chunks further.
 extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
 swiglu_v1_vec8(const bf16* __restrict__ x, bf16* __restrict__ y, int rows, int H) {
-    const int n = rows * H;                               // output elements (launcher: 2n < 2^31)
+    const int n = rows * H;                               // output elements (swiglu_problem: 2n < 2^31)
     if ((H & 7) == 0) {
         const int hv = H >> 3, nv = n >> 3;
         const uint4* x4 = reinterpret_cast<const uint4*>(x);
@@ -237,7 +237,7 @@ swiglu_v1_vec8(const bf16* __restrict__ x, bf16* __restrict__ y, int rows, int H
 // [[/snippet]]
 
 // [[snippet: add_rmsnorm_v1]]
-// One block per row, B = blockDim.x threads (a multiple of 32, at most 1024; the launcher picks the
+// One block per row, B = blockDim.x threads (a multiple of 32, at most 1024; the plan picks the
 // smallest with D <= 8 * B * RMS_MAX_CHUNKS: 256 for D = 4096). Thread t owns chunks t, t + B of the
 // row (16-byte path) or elements t, t + B, ..., t + 15 B (scalar path). h stays in registers
 // (h_i[16] floats) from the sum of squares to the scaling: it is never read back from memory.
@@ -341,7 +341,7 @@ __device__ __forceinline__ void rope_neox(const bf16* __restrict__ q, const bf16
                                           int T, int Hq, int Hk, int half) {
     const int vec = (half & 7) == 0 ? 8 : 1;
     const int nj = half / vec, slots = Hq + Hk;
-    const int items = T * slots * nj;                     // launcher: items and q/k sizes < 2^31
+    const int items = T * slots * nj;                     // rope_problem: items and q/k sizes < 2^31
     const int base = blockIdx.x * (FUSE_THREADS * FUSE_UNROLL) + threadIdx.x;
     const int D = 2 * half;
     if (vec == 8) {

@@ -1,4 +1,6 @@
-"""Fused element-wise epilogues (chapter 8): references, byte ledgers, launchers, the CuPy library route.
+"""Fused element-wise epilogues (chapter 8): references, byte ledgers, the versions (one
+:class:`utils.version.Registry` per op: BIAS_GELU, SWIGLU, ADD_RMSNORM, ROPE), the peers (eager torch chains,
+torch.compile, the CuPy library route) and the inputs of the chapter's ladders.
 
 Four ops of a transformer layer, bf16 in and out, fp32 math inside:
 
