@@ -431,3 +431,68 @@ def clock_ghz(clk) -> float:
     return cycles / ns
 
 
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the L2 sweep: read bandwidth against working set, in three bands of working set.
+
+L2_BANDS = ("below half the L2", "half to all of L2", "beyond the L2")
+
+
+@dataclasses.dataclass(frozen=True)
+class L2Sweep:
+    ws_mib: np.ndarray        # working sets, MiB
+    tbs: np.ndarray           # read bandwidth, TB/s
+    hbm_read_tbs: float       # the flushed 1 GiB HBM read
+    l2_mib: float
+    level: dict               # band -> median TB/s (a band's median shrugs off one odd point)
+    stays_mib: float | None   # from this working set on the curve stays below halfway plateau -> HBM read
+
+    @property
+    def plateau(self) -> float:
+        return self.level[L2_BANDS[0]]
+
+    def height(self, tbs: float) -> float:
+        """Where a bandwidth sits between the HBM read (0) and the L2 plateau (1)."""
+        return (tbs - self.hbm_read_tbs) / (self.plateau - self.hbm_read_tbs)
+
+    def band(self, name: str) -> np.ndarray:
+        w, half = self.ws_mib, self.l2_mib / 2
+        sel = {L2_BANDS[0]: w < half, L2_BANDS[1]: (w >= half) & (w <= self.l2_mib), L2_BANDS[2]: w > self.l2_mib}
+        return sel[name]
+
+
+def l2_sweep(entries, l2_bytes: int, hbm_read_gbps: float) -> L2Sweep:
+    """The L2 read sweep's entries (shape (floats,), metric GB/s) summarised in three bands of working set."""
+    pts = sorted((e["shape"][0] * 4 / 2**20, e["metric"] / 1e3) for e in entries)
+    ws, bw = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    l2_mib = l2_bytes / 2**20
+    s = L2Sweep(ws, bw, hbm_read_gbps / 1e3, l2_mib, {}, None)
+    for name in L2_BANDS:
+        if not s.band(name).any():
+            raise ValueError(f"expected sweep points {name} ({l2_mib:g} MiB), got working sets {ws.tolist()}")
+        s.level[name] = float(np.median(bw[s.band(name)]))
+    low = bw < (s.plateau + s.hbm_read_tbs) / 2
+    stays = next((float(ws[i]) for i in range(len(ws)) if low[i:].all()), None)
+    return dataclasses.replace(s, stays_mib=stays)
+
+
+def plot_l2_sweep(s: L2Sweep):
+    """Read bandwidth against working set (log2), the HBM read, half of and the whole reported L2."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.plot(s.ws_mib, s.tbs, "o-", label="read_v1_vec4, buffer read repeatedly (no L2 flush)")
+    ax.axhline(s.hbm_read_tbs, color="gray", ls="--", lw=1, label="HBM read (1 GiB, L2 flushed)")
+    ax.axvline(s.l2_mib / 2, color="tab:orange", ls=":", lw=1, label=f"half of L2 ({s.l2_mib / 2:.0f} MiB)")
+    ax.axvline(s.l2_mib, color="tab:red", ls=":", lw=1, label=f"L2 as reported ({s.l2_mib:.0f} MiB)")
+    ax.set_xscale("log", base=2)
+    # ticks at powers of two: the sweep's own sizes crowd together near the L2 size and their labels collide
+    ticks = 2.0 ** np.arange(np.floor(np.log2(s.ws_mib.min())), np.ceil(np.log2(s.ws_mib.max())) + 1)
+    ax.set_xticks(ticks, [f"{t:.0f}" for t in ticks])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.set_xlabel("working set (MiB)")
+    ax.set_ylabel("TB/s read")
+    ax.set_ylim(0, s.tbs.max() * 1.15)
+    ax.legend(fontsize=8)
+    ax.set_title("Read bandwidth vs working set")
+    return fig

@@ -286,3 +286,43 @@ def l2_fall(entries, l2_bytes: int) -> L2Fall:
     g_in, w_in = min(within)
     w_out, g_out = beyond[0]
     return L2Fall(plateau, g_in / plateau, w_in, g_out / plateau, w_out)
+
+
+# --- reading the pointer chase -------------------------------------------------------------------------
+
+def human_bytes(nbytes: int) -> str:
+    """16 KiB, 48 MiB, 1 GiB: the largest binary unit the size reaches."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):g} {unit}"
+    return f"{nbytes} B"
+
+
+def chase_plateaus(chase_ns: dict) -> dict:
+    """L1, L2 and HBM latency (ns per dependent load) from a chase sweep {working set bytes: ns}: the
+    mean up to 64 KiB, the median from 512 KiB to 24 MiB, the mean from 256 MiB on."""
+    def pick(lo, hi):
+        v = [ns for w, ns in chase_ns.items() if lo <= w <= hi]
+        if not v:
+            raise ValueError(f"expected working sets between {human_bytes(lo)} and {human_bytes(hi)}, "
+                             f"got {[human_bytes(w) for w in chase_ns]}")
+        return v
+    return {"L1": float(np.mean(pick(0, 64 << 10))), "L2": float(np.median(pick(512 << 10, 24 << 20))),
+            "HBM": float(np.mean(pick(256 << 20, 1 << 62)))}
+
+
+def plot_chase(chase_ns: dict, l2_bytes: int):
+    """ns per dependent load against the working set (log-log), the reported L2 size marked."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.plot(list(chase_ns), list(chase_ns.values()), "o-")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(chase_ns))
+    ax.set_xticklabels([human_bytes(w).replace(" ", "") for w in chase_ns], rotation=45, fontsize=8)
+    ax.axvline(l2_bytes, color="gray", ls="--", lw=1)
+    ax.text(l2_bytes, min(chase_ns.values()), " L2 capacity", fontsize=8, color="gray")
+    ax.set_xlabel("working set")
+    ax.set_ylabel("ns per dependent load")
+    ax.set_title("Pointer chase, one thread, one 128-byte line per node")
+    return fig

@@ -183,3 +183,16 @@ def test_the_chapter_ladder_and_its_cases():
     x, out = case.args
     assert x.shape == (3, 5) and out.shape == (5, 3) and case.out is out
     assert np.array_equal(lad.reference(case), x.T)
+
+
+def test_chase_readings():
+    import matplotlib
+    matplotlib.use("Agg")
+    ns = {16 << 10: 20.0, 64 << 10: 22.0, 512 << 10: 140.0, 4 << 20: 150.0, 24 << 20: 145.0, 48 << 20: 260.0,
+          256 << 20: 330.0, 1 << 30: 350.0}
+    p = M.chase_plateaus(ns)
+    assert p == {"L1": 21.0, "L2": 145.0, "HBM": 340.0}
+    assert M.human_bytes(48 << 20) == "48 MiB" and M.human_bytes(1 << 30) == "1 GiB" and M.human_bytes(100) == "100 B"
+    assert M.plot_chase(ns, 60 << 20).axes
+    with pytest.raises(ValueError, match="between"):
+        M.chase_plateaus({16 << 10: 20.0})
