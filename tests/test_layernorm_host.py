@@ -446,3 +446,30 @@ def test_stream_versions_take_any_width():
         p = L.shape_problem(op, 5, 1003, "bfloat16")
         (ln,) = L.VERSIONS[op][label].launches(p)
         assert ln.persistent and ln.smem == L.stream_smem(L.VERSIONS[op][label].resolve_config(p), "bfloat16")
+
+
+# --- what the chapter shows of a timed launch: registers, spills, blocks per SM ------------------
+
+@pytest.mark.parametrize("op,label", ALL)
+def test_resources_of_the_timed_launch(op, label):
+    """resources() plans the launch the chapter times, reads its ptxas report and turns it into blocks
+    per SM (utils.occupancy, the H200's facts on a CPU)."""
+    from utils.hardware import facts
+    shape = (1024, 65536)
+    r = L.resources(op, label, *shape, "bfloat16", facts("H200"))
+    assert r is not None and r["registers"] > 0 and r["blocks_per_sm"] >= 1
+    assert r["blocks_per_sm"] * r["launch"].threads <= 2048
+    if label == "v0_naive":
+        assert r["layout"] is None
+    else:
+        assert r["layout"] == L.VERSIONS[op][label].resolve_config(L.shape_problem(op, *shape, "bfloat16"))
+    assert r["spills"] == (0, 0)
+
+
+def test_resources_report_the_spilling_instance_and_skip_what_a_version_cannot_take():
+    from utils.hardware import facts
+    r = L.resources("layernorm", "v2_welford", 128, 262144, "bfloat16", facts("H200"))
+    assert r["launch"].kernel in L.SPILLING and r["spills"][0] > 0
+    assert L.resources("layernorm", "v3_vec16", 4, 1001, "float32") is None     # n % 4 != 0
+    table = L.resource_table([("layernorm", "v3_vec16")], [(4, 1001), (8192, 1024)], ["float32"])
+    assert len(table.rows) == 1 and table.rows[0][3] == "8192x1024"

@@ -849,10 +849,15 @@ def torch_peers(op: str, compiled: bool = True) -> dict:
     return out
 
 
-def ladder(rec, op: str, shapes, dtypes, odd_shapes=(), seed: int = 0, compiled: bool = True):
+def ladder(rec, op: str, shapes, dtypes, odd_shapes=(), seed: int = 0, compiled: bool = True,
+           ceiling: str | None = "copy", bench: dict | None = None):
     """The chapter's :class:`utils.ladder.Ladder` for ``op``: seeded inputs (``random_arrays``), the
-    float64 reference, the cost model, the torch peers, bandwidth against the 1 GiB copy."""
+    float64 reference, the cost model, the torch peers (``compiled``: torch.compile too), bandwidth
+    against the 1 GiB copy (``ceiling``); ``bench``: options for utils.bench (tests take fewer reps)."""
+    from utils.arrays import bf16
     from utils.ladder import Case, Ladder
+    if "bfloat16" in dtypes:
+        bf16()                   # imports ml_dtypes, which gives NumPy the dtype name 'bfloat16'
 
     def make(shape, dtype, rng):
         args = random_arrays(op, shape, dtype, int(rng.integers(2**31)))
@@ -861,7 +866,7 @@ def ladder(rec, op: str, shapes, dtypes, odd_shapes=(), seed: int = 0, compiled:
     return Ladder(rec, VERSIONS[op], shapes=shapes, dtypes=dtypes, odd_shapes=odd_shapes,
                   make=make, reference=lambda case: reference_of(op, case.args),
                   nbytes=lambda shape, dt: nbytes(*shape, np.dtype(dt).itemsize, op),
-                  peers=torch_peers(op, compiled), ceiling="copy", seed=seed)
+                  peers=torch_peers(op, compiled), ceiling=ceiling, seed=seed, bench=bench)
 
 
 def resources(op: str, label: str, rows: int, n: int, dtype, facts=None) -> dict | None:

@@ -417,3 +417,37 @@ def test_stream_layernorm_large_mean():
         _launch_or_skip(lambda x=x, w=w, b=b, y=y, lay=lay: L.LAYERNORM["v7_stream"](x, w, b, y, config=lay),
                         lay)
         assert_close(y, L.layer_norm_ref(x, w, b), tol=1e-2, name=f"v7_stream {lay.name} large mean")
+
+
+# --- the chapter's ladder (kernels.layernorm.ladder): seeded inputs, peers, check and time ---------
+
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+def test_random_arrays_are_seeded(op):
+    import cupy
+    from kernels import layernorm as L
+    a = L.random_arrays(op, (37, 1000), "float32", seed=SEED)
+    b = L.random_arrays(op, (37, 1000), "float32", seed=SEED)
+    c = L.random_arrays(op, (37, 1000), "float32", seed=SEED + 1)
+    for u, v, w in zip(a[:-1], b[:-1], c[:-1]):
+        assert bool((u == v).all()) and not bool((u == w).all()), f"seed {SEED}"
+    assert abs(float(cupy.mean(a[0])) - L.INPUT_MEAN[op]) < 0.05
+
+
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+def test_chapter_ladder_checks_times_and_compares(tmp_path, op):
+    """The ladder the chapter builds, on small shapes: every version the GPU runs passes the odd-shape
+    check, the eager peer matches the reference, and the table names version and peer."""
+    pytest.importorskip("torch")
+    from kernels import layernorm as L
+    from utils.record import Record
+    rec = Record("07-test", gpu="test", root=tmp_path)
+    lad = L.ladder(rec, op, shapes=[(37, 1024)], dtypes=DTYPES, odd_shapes=[(1, 8), (37, 1000), (5, 4104)],
+                   seed=SEED, compiled=False, ceiling=None, bench=dict(target_ms=5, max_reps=5, warmup=1))
+    peers = lad.time_peers()
+    assert len(peers) == 2 and all(e["is_peer"] for e in peers)
+    for v in L.VERSIONS[op].runnable():
+        assert lad.check(v.label) >= 1, v.name
+    (e, *_) = lad.time("v0_naive")
+    assert e["metric_name"] == "GB/s" and e["ms"] > 0
+    table = lad.table(["v0_naive"])
+    assert table.rows and table.columns[-1].startswith("vs torch.")
