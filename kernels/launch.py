@@ -203,3 +203,24 @@ def graph_replay_ms(graph, n: int, stream, reps: int = 20) -> list[float]:
         end.synchronize()
         out.append(cupy.cuda.get_elapsed_time(start, end) / n)
     return out
+
+
+def plot_pipeline(timeline: dict, measured: dict):
+    """One lane pair per schedule (streams -> [(copy start, copy end, kernel end)] in ms): when each chunk's
+    copy and kernel ran. A copy starts once its engine is free, a kernel once its copy and the SMs are."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(len(timeline), 1, figsize=(9, 1.9 * len(timeline)), sharex=True, squeeze=False)
+    for ax, (streams, marks) in zip(axes[:, 0], timeline.items()):
+        copy_end = kern_end = 0.0
+        for i, (c0, c1, k1) in enumerate(marks):
+            c_start, k_start = max(c0, copy_end), max(c1, kern_end)
+            ax.broken_barh([(c_start, c1 - c_start)], (1.1, 0.8), color="tab:orange", edgecolor="white", linewidth=0.8)
+            ax.broken_barh([(k_start, k1 - k_start)], (0.1, 0.8), color="tab:blue", edgecolor="white", linewidth=0.8)
+            ax.text(c_start + (c1 - c_start) / 2, 1.5, str(i), ha="center", va="center", fontsize=7)
+            ax.text(k_start + (k1 - k_start) / 2, 0.5, str(i), ha="center", va="center", fontsize=7, color="white")
+            copy_end, kern_end = c1, k1
+        ax.set_yticks([0.5, 1.5], ["kernel", "H2D copy"])
+        ax.set_title(f"{streams} stream(s): {measured[streams]:.2f} ms (median)", fontsize=9)
+    axes[-1, 0].set_xlabel("time since the start event (ms)")
+    fig.tight_layout()
+    return fig

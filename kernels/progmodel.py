@@ -318,3 +318,91 @@ FILTER = Registry("filter", filter_problem, [
                    "warp ballots and a scan of the warp counts in smem: one atomicAdd per block window",
                    "v1_coalesced"),
 ])
+
+
+# --- pictures and readings of the experiments ----------------------------------------------------------
+
+def plot_whoami(table, grid, block):
+    """Three maps of a 2-D launch's threads at their (x, y): block number, warp in block, lane in warp."""
+    import matplotlib.pyplot as plt
+    t = np.asarray(table.get() if hasattr(table, "get") else table)
+    (gx, gy, _), (bx, by, _) = check_launch_shape(grid, block)
+    f = {name: i for i, name in enumerate(WHOAMI_FIELDS)}
+    fig, axes = plt.subplots(1, 3, figsize=(12, 2.9))
+    for ax, name, cmap in zip(axes, ("block_linear", "warp", "lane"), ("tab10", "Set2", "viridis")):
+        img = np.full((gy * by, gx * bx), -1)
+        img[t[:, f["y"]], t[:, f["x"]]] = t[:, f[name]]
+        ax.imshow(img, cmap=cmap, interpolation="nearest")
+        ax.set_title(name)
+        ax.set_xlabel("x = blockIdx.x * blockDim.x + threadIdx.x")
+        ax.set_ylabel("y")
+        if name != "lane":                   # label each block (or each warp of each block) at its centre
+            keys = t[:, f["block_linear"]] * 64 + (t[:, f["warp"]] if name == "warp" else 0)
+            for key in np.unique(keys):
+                sel = keys == key
+                ax.text(t[sel, f["x"]].mean(), t[sel, f["y"]].mean(), str(t[sel, f[name]][0]),
+                        ha="center", va="center", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+@dataclasses.dataclass(frozen=True)
+class Staircase:
+    """The wave model fitted to one curve of the tail-effect sweep (times in us)."""
+    per_wave: int
+    slope: float     # time each wave adds
+    fixed: float     # the fixed part
+    jump: float      # from per_wave blocks to per_wave + 1
+    worst: float     # the model's largest miss
+
+    def holds(self, step_us: float) -> bool:
+        """The prediction: steps of about ``step_us``, per_wave blocks wide, on a fixed part of a few us."""
+        return (abs(self.slope / step_us - 1) <= 0.10 and abs(self.jump / step_us - 1) <= 0.25
+                and self.worst <= 0.25 * step_us and self.fixed <= 10)
+
+
+def fit_staircase(blocks, us, per_wave: int) -> Staircase:
+    """Least squares of t = fixed + waves x slope over a sweep of grid sizes (``blocks``) and times (``us``);
+    the sweep must hold per_wave and per_wave + 1 blocks."""
+    blocks, us = np.asarray(blocks), np.asarray(us, dtype=float)
+    at = {int(b): t for b, t in zip(blocks, us)}
+    if per_wave not in at or per_wave + 1 not in at:
+        raise ValueError(f"expected the sweep to hold {per_wave} and {per_wave + 1} blocks, got {sorted(at)}")
+    slope, fixed = np.polyfit(waves(blocks, per_wave), us, 1)
+    worst = float(np.abs(us - wave_model_ms(blocks, per_wave, slope, fixed)).max())
+    return Staircase(per_wave, float(slope), float(fixed), float(at[per_wave + 1] - at[per_wave]), worst)
+
+
+def plot_staircases(curves: dict):
+    """``curves``: label -> (blocks, us, Staircase). Points and the fitted staircase of each."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
+    for label, (blocks, us, fit) in curves.items():
+        xs = np.arange(1, max(blocks) + 1)
+        line, = ax.plot(blocks, us, "o", ms=4, label=f"{label} (W = {fit.per_wave})")
+        ax.plot(xs, wave_model_ms(xs, fit.per_wave, fit.slope, fit.fixed), "-", lw=1, color=line.get_color(),
+                alpha=0.7)
+    ax.set_xlabel("blocks in the grid")
+    ax.set_ylabel("time per launch (us)")
+    ax.set_title("Every block stays 20 us: time grows in whole waves")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_wave_stamps(t_start, t_end, per_wave: int, title: str):
+    """Every block's start and end stamp (ns, %globaltimer) against its index, a line at each wave."""
+    import matplotlib.pyplot as plt
+    a, z = np.asarray(t_start, dtype=np.int64), np.asarray(t_end, dtype=np.int64)
+    t0 = a.min()
+    fig, ax = plt.subplots(figsize=(8.5, 3.6))
+    idx = np.arange(a.size)
+    ax.scatter(idx, (a - t0) / 1e3, s=2, label="start")
+    ax.scatter(idx, (z - t0) / 1e3, s=2, label="end")
+    for x in range(per_wave, a.size, per_wave):
+        ax.axvline(x, color="gray", lw=0.6, ls=":")
+    ax.set_xlabel("blockIdx.x")
+    ax.set_ylabel("time since first start (us)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, markerscale=4)
+    return fig

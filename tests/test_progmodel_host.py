@@ -275,3 +275,25 @@ def test_exchange_times_table_and_plot():
     with pytest.raises(ValueError, match="missing"):
         cl.exchange_times(fake_exchange_entries()[:-1], (528, 8448))
     assert cl.model_us("v3", 8, 4, 1.0) == cl.global_bytes("v3", 8, 4) / 1e3
+
+
+def test_pictures_and_readings_of_the_experiments():
+    import matplotlib
+    matplotlib.use("Agg")
+    grid, block = (3, 2), (16, 6)
+    table = pm.whoami_expected(grid, block)
+    table[:, pm.SMID] = 0
+    assert len(pm.plot_whoami(table, grid, block).axes) >= 3
+    per_wave = 132
+    blocks = np.array(pm.wave_points(per_wave))
+    us = pm.wave_model_ms(blocks, per_wave, 20.4, 2.6)          # an exact staircase
+    fit = pm.fit_staircase(blocks, us, per_wave)
+    assert fit.slope == pytest.approx(20.4) and fit.fixed == pytest.approx(2.6) and fit.jump == pytest.approx(20.4)
+    assert fit.worst == pytest.approx(0, abs=1e-9) and fit.holds(20.0) and not fit.holds(40.0)
+    with pytest.raises(ValueError, match="133"):
+        pm.fit_staircase(blocks[blocks != 133], us[blocks != 133], per_wave)
+    assert pm.plot_staircases({"k = 1": (blocks, us, fit)}).axes
+    a = np.arange(10) * 1000
+    assert pm.plot_wave_stamps(a, a + 20000, 4, "stamps").axes
+    marks = [(0.0, 0.3, 0.6), (0.3, 0.6, 0.9)]
+    assert len(ln.plot_pipeline({1: marks, 3: marks}, {1: 0.9, 3: 0.9}).axes) == 2
