@@ -5,6 +5,7 @@ CuPy is imported inside the functions that launch.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -222,5 +223,93 @@ def plot_pipeline(timeline: dict, measured: dict):
         ax.set_yticks([0.5, 1.5], ["kernel", "H2D copy"])
         ax.set_title(f"{streams} stream(s): {measured[streams]:.2f} ms (median)", fontsize=9)
     axes[-1, 0].set_xlabel("time since the start event (ms)")
+    fig.tight_layout()
+    return fig
+
+
+# --- what one launch costs, five ways ---------------------------------------------------------------------
+
+LAUNCH_IMPLS = ("empty_kernel.sync", "empty_kernel.async", "empty_kernel.device", "cuda_graph.replay",
+                "cuda_graph.wall")
+
+
+def spread(values) -> tuple[float, float, float, int]:
+    """(median, 10th percentile, 90th percentile, count) of repeated measurements."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise ValueError("expected at least one measurement, got none")
+    return float(np.median(v)), float(np.percentile(v, 10)), float(np.percentile(v, 90)), int(v.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchCosts:
+    us: dict            # impl (LAUNCH_IMPLS) -> microseconds per launch
+    starved: bool       # the host's enqueue outlasted the spin: empty_kernel.device then includes host time
+    graph_wall_ms: float
+
+
+def measure_launch_costs(rec, n: int = 1000) -> LaunchCosts:
+    """Time ``n`` empty-kernel launches five ways and record them (op ``launch``, metric us per launch):
+    a synchronous round trip each (host wall clock), a burst enqueued without waiting (host), the same
+    burst queued behind a spin so the GPU runs it back to back (device events), a CUDA graph of ``n``
+    nodes replayed (device events), and that graph's launch-and-wait wall clock (host)."""
+    import cupy
+
+    from utils.bench import host_time
+    fn = empty_kernel()
+    stream = cupy.cuda.get_current_stream()
+    launch_empty(fn)                    # load the module outside any timing
+    stream.synchronize()
+
+    def once():
+        launch_empty(fn)
+        stream.synchronize()
+
+    def burst():
+        enqueue_empty(fn, n)
+        stream.synchronize()
+
+    t_sync = host_time(once, reps=n)
+    burst()
+    t_async = host_time(burst, reps=10)
+    spin = int(3 * t_async.ms * 1e6) + 2_000_000      # ns: three times what enqueueing the burst took
+    queued = [queued_launches_ms(n, spin) for _ in range(6)][1:]
+    cap = cupy.cuda.Stream(non_blocking=True)
+    graph = capture_empty_graph(n, cap)
+    graph.upload(cap)
+    replays = graph_replay_ms(graph, n, cap, reps=21)[1:]
+    t_wall = host_time(lambda: (graph.launch(cap), cap.synchronize()), reps=10)
+    per = {
+        "empty_kernel.sync": (t_sync.ms, t_sync.p10, t_sync.p90, t_sync.n),
+        "empty_kernel.async": (t_async.ms / n, t_async.p10 / n, t_async.p90 / n, t_async.n),
+        "empty_kernel.device": spread([q[0] for q in queued]),
+        "cuda_graph.replay": spread(replays),
+        "cuda_graph.wall": (t_wall.ms / n, t_wall.p10 / n, t_wall.p90 / n, t_wall.n),
+    }
+    for impl, (ms, p10, p90, reps) in per.items():
+        rec.add("launch", impl, dtype="none", shape=(n,), ms=ms, metric_name="us", p10_ms=p10, p90_ms=p90,
+                reps=reps)
+    return LaunchCosts({impl: v[0] * 1e3 for impl, v in per.items()},
+                       max(q[1] for q in queued) >= spin / 1e6, t_wall.ms)
+
+
+def plot_costs(launch_entries, pipeline_entries, model_ms: dict):
+    """Two panels: microseconds per launch (log scale), and the stream experiment's makespans beside the
+    model's (``model_ms``: name -> ms)."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    axes[0].barh([e["impl"] for e in launch_entries], [e["metric"] for e in launch_entries], color="tab:blue")
+    for i, e in enumerate(launch_entries):
+        axes[0].text(e["metric"], i, f" {e['metric']:.2f}", va="center", fontsize=8)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("us per launch (log scale)")
+    axes[0].set_title("What one launch costs")
+    axes[0].invert_yaxis()
+    names = [e["impl"] for e in pipeline_entries] + list(model_ms)
+    vals = [e["ms"] for e in pipeline_entries] + list(model_ms.values())
+    axes[1].barh(names, vals, color=["tab:blue"] * len(pipeline_entries) + ["tab:gray"] * len(model_ms))
+    axes[1].set_xlabel("ms for 8 chunks of 16 MB (copy + kernel)")
+    axes[1].set_title("Copy/compute overlap, measured and modelled")
+    axes[1].invert_yaxis()
     fig.tight_layout()
     return fig

@@ -297,3 +297,14 @@ def test_pictures_and_readings_of_the_experiments():
     assert pm.plot_wave_stamps(a, a + 20000, 4, "stamps").axes
     marks = [(0.0, 0.3, 0.6), (0.3, 0.6, 0.9)]
     assert len(ln.plot_pipeline({1: marks, 3: marks}, {1: 0.9, 3: 0.9}).axes) == 2
+
+
+def test_launch_cost_helpers():
+    import matplotlib
+    matplotlib.use("Agg")
+    assert ln.spread([1.0, 2.0, 3.0]) == (2.0, pytest.approx(1.2), pytest.approx(2.8), 3)
+    with pytest.raises(ValueError, match="at least one"):
+        ln.spread([])
+    launches = [{"impl": i, "metric": 1.0 + k} for k, i in enumerate(ln.LAUNCH_IMPLS)]
+    pipe = [{"impl": "serial.1stream", "ms": 4.7}, {"impl": "overlap.3streams", "ms": 2.9}]
+    assert len(ln.plot_costs(launches, pipe, {"model.serial": 4.6, "model.overlap.3streams": 2.8}).axes) == 2
