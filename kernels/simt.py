@@ -335,6 +335,51 @@ def expected_masks(paths: int) -> np.ndarray:
     return out
 
 
+BRANCH_PATHS = (1, 2, 4, 8, 16, 32)
+
+
+def branch_sweep(rec, n: int, paths=BRANCH_PATHS, iters: int = BRANCH_ITERS, seed: int = 3) -> dict:
+    """Time the branch experiment by lane and by warp for every path count on ``n`` seeded integer-valued
+    inputs, each run checked bit for bit (poisoned first) and recorded as op ``branch`` (shape (n, paths)).
+    Returns {"lane": ms per path count, "warp": ...} as arrays in the order of ``paths``."""
+    from utils.check import assert_close, poisoned
+    x = integer_valued(n, seed=seed)
+    y = poisoned(n, np.float32)
+    times = {}
+    for by in ("lane", "warp"):
+        for p in paths:
+            want = branch_ref(x, p, iters, by == "lane")
+
+            def run(by=by, p=p):
+                launch_branch(by, x, y, paths=p, iters=iters)
+
+            def check(by=by, p=p, want=want):
+                assert_close(y, want, dtype="exact", name=f"branch_by_{by} paths={p} (seed {seed})")
+            y.fill(np.nan)
+            run()
+            check()
+            rec.time("branch", f"by_{by}", run, dtype="float32", shape=(n, p), flops=branch_flops(n, iters),
+                     check=check, target_ms=100)
+        times[by] = np.array([rec.get("branch", f"by_{by}", shape=[n, p])["ms"] for p in paths])
+    return times
+
+
+def plot_branch(times: dict, paths=BRANCH_PATHS, title: str = ""):
+    """Time against the number of distinct paths, by lane and by warp, with paths x time(1 path)."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    ax.plot(paths, times["lane"], "o-", label="branch by lane (divergent in each warp)")
+    ax.plot(paths, times["warp"], "s-", label="branch by warp (uniform in each warp)")
+    ax.plot(paths, times["lane"][0] * np.array(paths), "k:", lw=1, label="paths x time(1 path)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("distinct paths")
+    ax.set_ylabel("time (ms)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
 # --- latency hiding: the read stream ----------------------------------------------------------------
 
 READ_ILPS = (1, 2, 4, 8)

@@ -299,3 +299,10 @@ def test_latency_sweep_readings():
     assert simt.plot_latency_sweep(pts, sms, copy, fit.latency_ns).axes
     with pytest.raises(ValueError, match="below half"):
         simt.fit_latency([sweep_entry(64, 8, copy)], sms, copy)
+
+
+def test_branch_plot():
+    import matplotlib
+    matplotlib.use("Agg")
+    t = {"lane": np.array(simt.BRANCH_PATHS, float), "warp": np.ones(len(simt.BRANCH_PATHS))}
+    assert simt.plot_branch(t, title="branches").axes
