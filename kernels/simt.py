@@ -244,12 +244,17 @@ ODD_SIZES = ((1,), (37,), (199,), ((1 << 20) + 3,))   # a tail only, partial blo
 
 
 def make_case(shape, dtype, rng, xp=None):
-    """Fresh standard-normal a, b (float32) and an output c: a utils.ladder.Case."""
+    """Fresh standard-normal a, b (float32) and an output c: a utils.ladder.Case (NumPy with xp=numpy)."""
     from utils.ladder import Case
-    if xp is None:
-        import cupy as xp
-    a, b = (xp.asarray(rng.standard_normal(shape, dtype=np.float32)) for _ in range(2))
-    return Case((a, b, xp.empty(shape, dtype=np.float32)))
+    if xp is np:
+        a, b = (rng.standard_normal(shape, dtype=np.float32) for _ in range(2))
+        return Case((a, b, np.empty(shape, dtype=np.float32)))
+    import cupy
+
+    from utils.arrays import random_normal
+    # drawn on the GPU (2 x 1 GiB at the chapter's size), from seeds the ladder's generator decides
+    a, b = (random_normal(shape, "float32", seed=int(rng.integers(2**31)))[0] for _ in range(2))
+    return Case((a, b, cupy.empty(shape, dtype=np.float32)))
 
 
 def peers() -> dict:

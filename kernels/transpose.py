@@ -127,12 +127,16 @@ ODD_SHAPES = ((1823, 781), (1, 37), (199, 1))     # not multiples of any tile (8
 
 
 def make_case(shape, dtype, rng, xp=None):
-    """Fresh standard-normal x (rows x cols, float32) and an output buffer: a utils.ladder.Case."""
+    """Fresh standard-normal x (rows x cols, float32) and an output buffer: a utils.ladder.Case (NumPy with
+    xp=numpy)."""
     from utils.ladder import Case
-    if xp is None:
-        import cupy as xp
-    x = xp.asarray(rng.standard_normal(tuple(shape), dtype=np.float32))
-    return Case((x, xp.empty((shape[1], shape[0]), dtype=np.float32)))
+    if xp is np:
+        return Case((rng.standard_normal(tuple(shape), dtype=np.float32), np.empty(shape[::-1], dtype=np.float32)))
+    import cupy
+
+    from utils.arrays import random_normal
+    x, _ = random_normal(tuple(shape), "float32", seed=int(rng.integers(2**31)))   # drawn on the GPU
+    return Case((x, cupy.empty((shape[1], shape[0]), dtype=np.float32)))
 
 
 def peers() -> dict:

@@ -9,12 +9,12 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("n,iters", [(1, 0), (1007, 1), (1 << 16, 40)])
 def test_chunk_work(n, iters):
-    import cupy
+    from utils.arrays import random_normal
     from utils.check import assert_close, poisoned
-    x = cupy.random.standard_normal(n, dtype=cupy.float32)
+    x, seed = random_normal(n, "float32", seed=n + iters)
     y = poisoned((n,), np.float32)
     ln.launch_chunk_work(x, y, iters, blocks=min(64, (n + 255) // 256))
-    assert_close(y, ln.chunk_work_ref(x, iters), dtype="float32")
+    assert_close(y, ln.chunk_work_ref(x, iters), dtype="float32", name=f"chunk_work (seed {seed})")
 
 
 @pytest.mark.parametrize("nstreams", [1, 2, 3])
@@ -42,3 +42,13 @@ def test_queued_launches_and_graph_replay():
     g = ln.capture_empty_graph(10, s)
     times = ln.graph_replay_ms(g, 10, s, reps=3)
     assert all(0 < t < 1.0 for t in times)
+
+
+def test_measure_launch_costs_records_five_ways(tmp_path):
+    from kernels import launch as ln
+    from utils.gpu import gpu_slug
+    from utils.record import Record
+    rec = Record("test-launch", gpu=gpu_slug(), root=tmp_path)
+    costs = ln.measure_launch_costs(rec, 50)
+    assert set(costs.us) == set(ln.LAUNCH_IMPLS) and all(v > 0 for v in costs.us.values())
+    assert len(rec.find("launch")) == 5

@@ -84,3 +84,17 @@ def test_read_sum(ilp, n4, threads, blocks):
     ref = simt.read_sum_ref(x4.astype(cupy.float64).sum(axis=1), blocks * threads)
     assert_close(out, ref, dtype="float32", name=f"read_sum_ilp{ilp} (seed {seed})")
     assert int(smid.min()) >= 0
+
+
+@pytest.mark.parametrize("label", list(simt.VECTOR_ADD))
+def test_the_chapter_ladder_checks_each_version(label):
+    """What chapter 1's va.run does first: every odd size, fresh seeded inputs, poisoned outputs."""
+    assert simt.ladder(None).check(label) == len(simt.ODD_SIZES)
+
+
+def test_branch_sweep_records_and_checks(tmp_path):
+    from utils.gpu import gpu_slug
+    from utils.record import Record
+    rec = Record("test-branch", gpu=gpu_slug(), root=tmp_path)
+    t = simt.branch_sweep(rec, 4096 + 37, paths=(1, 2, 32), iters=16)
+    assert t["lane"].shape == (3,) and len(rec.find("branch")) == 6

@@ -43,3 +43,9 @@ def test_versions_reject_bad_arguments():
         v(x.astype(cupy.float64), cupy.empty((32, 64), cupy.float32))
     with pytest.raises(ValueError, match="C-contiguous"):
         v(x.T, cupy.empty((64, 32), cupy.float32))
+
+
+@pytest.mark.parametrize("label", list(T.VERSIONS))
+def test_the_chapter_ladder_checks_each_version(label):
+    """What chapter 4's tl.run does first: every odd shape, fresh seeded inputs, poisoned outputs."""
+    assert T.ladder(None).check(label) == len(T.ODD_SHAPES)
