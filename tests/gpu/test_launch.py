@@ -24,7 +24,7 @@ def test_pipeline_results_and_event_order(nstreams):
     from utils.check import assert_close, poisoned
     chunks, n, iters = 4, 10007, 30
     h = cupyx.empty_pinned((chunks, n), np.float32)
-    h[...] = np.random.default_rng().standard_normal((chunks, n), dtype=np.float32)
+    h[...] = np.random.default_rng(chunks * n).standard_normal((chunks, n), dtype=np.float32)
     d_x = cupy.empty((chunks, n), dtype=cupy.float32)
     d_y = poisoned((chunks, n), np.float32)
     streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(nstreams)]
