@@ -39,8 +39,6 @@ NP_DTYPE = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 T0 = time.perf_counter()
 
 
-
-
 def candidates(op, dtype, n):
     """(name, label, layout): the dispatcher's TUNED choice; the early-arrive version on every layout of
     EARLY_ALL_LAYOUTS whose capacity fits n within a factor 2 (larger ones leave threads idle), each right
