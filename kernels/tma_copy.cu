@@ -6,7 +6,10 @@
 //                            host sees exactly where the swizzle put each element
 //   tma_copy_roundtrip       every CTA TMA-loads one box and TMA-stores it to a second tensor at the
 //                            same coordinates; boxes at the edge come back filled (load) and clipped
-//                            (store) by the hardware, with no bounds checks in the kernel
+//                            (store) by the hardware, with no bounds checks in the kernel. The store
+//                            clips whole 16-byte chunks of global memory: a row whose byte width is not
+//                            a multiple of 16 gets its padding up to the next 16 bytes overwritten too
+//                            (with the load's zero fill here; TiledSpec.store_spill_bytes in utils/tma.py)
 //
 // The tensor map (a 128-byte CUtensorMap built on the host by utils.tma) arrives by value as a
 // const __grid_constant__ parameter: the kernel passes its address to TMA, which reads it from the
@@ -149,8 +152,9 @@ tma_copy_roundtrip(const __grid_constant__ TmaDescriptor src, const __grid_const
     if (!load_one_box(&src, box, &bar, box_cols, box_rows, box_bytes, status)) return;
     if (threadIdx.x == 0) {
         fence_proxy_async_smem();         // shared memory as the load left it, seen by the store
-        // Same coordinates, same box, same swizzle: TMA un-swizzles on the way out and writes only the
-        // elements inside dst's bounds.
+        // Same coordinates, same box, same swizzle: TMA un-swizzles on the way out and clips the box to
+        // dst's bounds in whole 16-byte chunks (rows past the edge are skipped; a row's tail up to its
+        // next 16-byte boundary is written with what the box holds there).
         tma_store_2d(&dst, blockIdx.x * box_cols, blockIdx.y * box_rows, box);
         tma_store_commit_and_wait_read(); // the CTA's shared memory must outlive the store's reads
     }

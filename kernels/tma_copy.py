@@ -5,7 +5,9 @@ Two kernels in tma_copy.cu, each one CTA per box of a 2-D tensor map (utils.tma)
 - ``tma_copy_load_box_raw``: load the box into shared memory and write the raw shared-memory bytes
   out, so the host sees the swizzle (compared with :func:`utils.tma.smem_image`);
 - ``tma_copy_roundtrip``: load the box and store it to a second tensor at the same coordinates;
-  edge boxes are zero-filled on the way in and clipped on the way out.
+  edge boxes are zero-filled on the way in and clipped on the way out, the store in whole 16-byte
+  chunks of global memory (so up to ``spec.store_spill_bytes`` bytes of padding after each row of the
+  destination may be overwritten, with the zero fill).
 
 The references are :func:`reference_smem` (the model's image of every box) and the input itself.
 Imports without a GPU; CuPy is imported inside the functions that launch.
@@ -87,7 +89,8 @@ def load_box_raw(tmap: TensorMap):
 
 
 def roundtrip(src: TensorMap, dst: TensorMap) -> None:
-    """Launch ``tma_copy_roundtrip``: every box of ``src``'s tensor is loaded and stored into ``dst``'s."""
+    """Launch ``tma_copy_roundtrip``: every box of ``src``'s tensor is loaded and stored into ``dst``'s.
+    Besides the tensor, the store may overwrite ``dst.spec.store_spill_bytes`` bytes after each row."""
     s, d = check_map_2d(src, "src"), check_map_2d(dst, "dst")
     for field in ("dtype", "shape", "box", "swizzle"):
         if getattr(s, field) != getattr(d, field):

@@ -93,6 +93,18 @@ def test_spec_converts_to_the_driver_order():
     assert s.smem_bytes == 2 * 32 * 128 and s.smem_align == 1024
 
 
+@pytest.mark.parametrize("dtype,cols,pitch,spill", [
+    ("uint8", 203, 224, 5), ("bfloat16", 203, 432, 10), ("float32", 203, 832, 4),
+    ("uint8", 1000, 1024, 8), ("bfloat16", 1000, 2016, 0), ("float32", 1000, 4000, 0),
+])
+def test_a_store_may_spill_up_to_the_rows_next_16_byte_boundary(dtype, cols, pitch, spill):
+    # the widths of the GPU test: 203, 406, 812 and 1000 bytes spilled there, 2000 and 4000 did not
+    itemsize = tma.resolve_dtype(dtype).itemsize
+    s = spec(shape=(37, cols), strides=(pitch, itemsize), dtype=dtype, box=(64, 16 // itemsize))
+    assert s.store_spill_bytes == spill
+    assert (cols * itemsize + spill) % tma.STORE_GRANULE == 0
+
+
 def test_a_narrow_box_under_a_wide_swizzle_occupies_the_whole_span():
     s = spec(box=(64, 16), swizzle=128)       # 64-byte rows, 128-byte swizzle
     assert s.inner_bytes == 64 and s.box_bytes == 64 * 64 and s.smem_bytes == 64 * 128

@@ -38,6 +38,7 @@ GLOBAL_ALIGN = 16                    # bytes: the driver's rule for the global a
 SWIZZLED_GLOBAL_ALIGN = 128          # bytes: the programming guide's table for the swizzled modes
 CHUNK = 16                           # bytes: the swizzle permutes whole 16-byte chunks
 LINE = 128                           # bytes: a chunk moves only within its 128-byte line
+STORE_GRANULE = 16                   # bytes: a TMA store writes global memory in whole 16-byte chunks
 DESCRIPTOR_BYTES = 128
 DESCRIPTOR_ALIGN = 64
 
@@ -134,6 +135,19 @@ class TiledSpec:
         """Bytes one load delivers: the transaction count to announce on the mbarrier (expect_tx).
         Out-of-bounds elements are filled, never skipped, so a box at the edge delivers as many."""
         return math.prod(self.smem_box) * self.itemsize
+
+    @property
+    def store_spill_bytes(self) -> int:
+        """Bytes past the end of each innermost row that a TMA store of an edge box may overwrite.
+
+        A store clips the box to the tensor's bounds only at the granularity of whole 16-byte chunks of
+        global memory (seen on H100 and H200; CUTLASS's TMA epilogues avoid it by refusing a contiguous
+        extent that is not a multiple of 16 bytes). Rows start 16-byte aligned (address and strides are
+        checked), so the chunk holding a row's last byte ends ``-row_bytes % 16`` bytes past it, and
+        those bytes receive whatever the box holds there (a loaded box: the out-of-bounds fill). Zero
+        when the row is a multiple of 16 bytes; otherwise the row padding up to the next 16 bytes must
+        be free to overwrite (never another tensor's columns)."""
+        return -(self.shape[-1] * self.itemsize) % STORE_GRANULE
 
     @property
     def smem_bytes(self) -> int:
@@ -312,6 +326,8 @@ def tensor_map(x, box, *, swizzle=0, elem_strides=None, l2_promotion=0, oob_fill
     ``__cuda_array_interface__``), its shape and strides read off the array, ``box`` outermost first.
 
     A row-padded view works (``buf[:, :n]`` of a wider allocation): its row stride is the allocation's.
+    A store through the map may still overwrite up to ``spec.store_spill_bytes`` bytes of the padding
+    after each row (see :attr:`TiledSpec.store_spill_bytes`).
     """
     return tiled(*array_layout(x), box, swizzle=swizzle, elem_strides=elem_strides,
                  l2_promotion=l2_promotion, oob_fill=oob_fill, owner=x)
