@@ -496,3 +496,62 @@ def plot_l2_sweep(s: L2Sweep):
     ax.legend(fontsize=8)
     ax.set_title("Read bandwidth vs working set")
     return fig
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tables the chapter shows: the datasheets side by side, the clocks their peaks imply, the orientation.
+
+PARTS = ("A100", "H100", "H200")
+
+
+def shown(v, spec: str = ",.0f") -> str:
+    """A figure formatted, or "n/a" where there is none."""
+    return "n/a" if v is None else format(v, spec)
+
+
+def datasheet_table(sheets: dict, parts=PARTS):
+    """The parts' datasheet figures and their ridge points (peak / HBM bandwidth, FLOP per byte)."""
+    from utils.table import Table
+    rows = [[p, s["sms"], s["l2_mb"], s["smem_per_sm_kb"], s["hbm_gb"], f"{s['hbm_tbps']:.2f}", f"{s['fp32']:.1f}",
+             f"{s['tf32']:.0f}", f"{s['bf16']:.0f}", shown(s["fp8"]), f"{s['fp32'] / s['hbm_tbps']:.1f}",
+             f"{s['bf16'] / s['hbm_tbps']:.0f}"] for p, s in ((p, sheets[p]) for p in parts)]
+    return Table(["part", "SMs", "L2 (MB)", "smem/SM (KB)", "HBM (GB)", "HBM (TB/s)", "FP32", "TF32", "BF16", "FP8",
+                  "ridge FP32 (FLOP/B)", "ridge BF16 (FLOP/B)"], rows,
+                 caption="rates in dense TFLOP/s (vendor datasheets, SXM parts); L2: the A100 and H100 figures are "
+                         "NVIDIA's, the H200 datasheet gives none and 60 is what the H200 reports")
+
+
+def implied_clock_table(sheets: dict, parts=PARTS):
+    """FLOP per clock per SM of each part, and the SM clock each datasheet peak implies."""
+    from utils.table import Table
+    rows = []
+    for p in parts:
+        s, pc = sheets[p], PER_SM_PER_CLOCK[p]
+        rows.append([p, pc["fp32"], pc["tf32"], pc["bf16"], shown(pc["fp8"]),
+                     *[f"{implied_clock_ghz(s[k], s['sms'], pc[k]):.2f}" for k in ("fp32", "tf32", "bf16")]])
+    return Table(["part", "FP32 FLOP/clk/SM", "TF32", "BF16", "FP8", "clock implied by FP32 peak (GHz)", "by TF32",
+                  "by BF16"], rows)
+
+
+def orientation(entries, fma_tflops: float | None = None, fp32_sheet: float | None = None):
+    """This run's ceilings beside ORIENTATION_H200 (and the FMA probe beside the datasheet's FP32 peak):
+    returns (Table, {impl: measured / orientation})."""
+    from utils.record import select
+    from utils.table import Table
+    rows, ratio = [], {}
+    for key, (unit, ref) in ORIENTATION_H200.items():
+        match = {"shape": [key[2]] * 3} if len(key) == 3 else {}
+        name = f"{key[1]} {'x'.join(map(str, match.get('shape', [])))}".strip()
+        hits = select(entries, op=key[0], impl=key[1], **match)
+        if not hits:
+            rows.append([name, "not measured", f"{ref:,.0f} {unit}", "", ""])
+            continue
+        v = hits[0]["metric"]
+        ratio[key[1]] = v / ref
+        rows.append([name, f"{v:,.1f} {unit}", f"{ref:,.0f} {unit}", f"{v / ref:.3f}",
+                     "yes" if abs(v / ref - 1) <= 0.10 else "NO"])
+    if fma_tflops is not None and fp32_sheet:
+        r = fma_tflops / fp32_sheet
+        rows.append(["ceiling.fma_fp32", f"{fma_tflops:.2f} TFLOP/s", f"{fp32_sheet} TFLOP/s (datasheet)", f"{r:.3f}",
+                     "yes" if abs(r - 1) <= 0.10 else "NO"])
+    return Table(["ceiling", "measured here", "orientation (earlier H200 run)", "ratio", "within 10%"], rows), ratio

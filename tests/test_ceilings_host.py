@@ -219,3 +219,18 @@ def test_l2_sweep_bands_and_plot():
     assert C.plot_l2_sweep(s).axes
     with pytest.raises(ValueError, match="beyond the L2"):
         C.l2_sweep(entries[3:], 60 << 20, 4500.0)
+
+
+def test_datasheet_and_orientation_tables():
+    from utils.hardware import DATASHEET
+    t = C.datasheet_table(DATASHEET)
+    assert [r[0] for r in t.rows] == list(C.PARTS) and t.column("FP8")[0] == "n/a"
+    assert t.column("ridge FP32 (FLOP/B)")[2] == f"{DATASHEET['H200']['fp32'] / DATASHEET['H200']['hbm_tbps']:.1f}"
+    clocks = C.implied_clock_table(DATASHEET)
+    assert clocks.column("clock implied by FP32 peak (GHz)")[1] == "1.98"
+    entries = [{"op": "copy", "impl": "ceiling.copy", "shape": [1 << 28], "metric": 4220.0 * 1.02},
+               {"op": "gemm", "impl": "torch.matmul.tf32", "shape": [4096] * 3, "metric": 359.0 * 1.2}]
+    table, ratio = C.orientation(entries, fma_tflops=66.0, fp32_sheet=67.0)
+    assert ratio == {"ceiling.copy": pytest.approx(1.02), "torch.matmul.tf32": pytest.approx(1.2)}
+    assert table.column("within 10%")[0] == "yes" and "NO" in table.column("within 10%")
+    assert "not measured" in table.column("measured here") and table.rows[-1][0] == "ceiling.fma_fp32"
