@@ -1,7 +1,7 @@
 // raw.cuh: the raw-chunk row machinery of LayerNorm v5 / v6 and RMSNorm v4: the row stays in
 // registers as the 16-byte chunks that came from memory, unpacked in every pass.
 #pragma once
-#include "rows.cuh"
+#include "ilp.cuh"
 #include "row_stream.cuh"
 
 // [[snippet: norm_raw]]

@@ -1,78 +1,11 @@
-// rows.cuh: the row-in-registers machinery of versions 1-4 (LayerNorm v1-v4, RMSNorm v1-v3). A row is
+// rows.cuh: the row-in-registers machinery of versions 1-3 (LayerNorm v1-v3, RMSNorm v1-v2). A row is
 // spread over TPR threads (a warp, a block, or a cluster of blocks), each holding ITEMS values in
 // registers between the one read and the one write; STATS picks the statistics a version computes.
 #pragma once
 #include "norm_common.cuh"
 
 // [[snippet: norm_rows]]
-enum Stats { TWOPASS = 0, WELFORD = 1, RMS = 2, TWOPASS_ILP = 3, RMS_ILP = 4, SHIFTED = 5 };
-
-// Exact two-pass statistics of the values this block holds, with four independent accumulators
-// (slot k & 3 is fixed at compile time, so four add/FMA chains run side by side instead of one),
-// then, for a cluster, Chan's merge of the blocks' exact (n, mean, M2): merging partitions is where
-// Welford's algebra belongs; inside a block the row is in registers, so a second sweep is free of
-// bytes. `col0` is this thread's first column, `n_block` the number of valid columns of this block.
-// Sum of NACC partial sums, in a fixed order.
-template <int NACC>
-__device__ __forceinline__ float acc_total(const float (&acc)[NACC]) {
-    float t = 0.f;
-#pragma unroll
-    for (int a = 0; a < NACC; ++a) t += acc[a];
-    return t;
-}
-
-// The row's mean and M2 / n from this block's exact (n_block, mean_b, M2_b): as they are for a block
-// that holds the whole row, merged over the cluster's blocks with Chan's formula otherwise.
-template <int CLUSTER>
-__device__ __forceinline__ void row_stats(int n_block, float mean_b, float m2_b, Welford* red_w /* [33] */,
-                                          float& mean, float& m2_over_n) {
-#if NORM_HAS_CLUSTERS
-    if constexpr (CLUSTER > 1) {
-        const Welford st = cluster_welford<CLUSTER>(Welford{(float)n_block, mean_b, m2_b}, &red_w[32]);
-        mean = st.mean;
-        m2_over_n = st.m2 / st.n;
-        return;
-    }
-#endif
-    {
-        mean = mean_b;
-        m2_over_n = m2_b / n_block;
-    }
-}
-
-template <int TPR, int CLUSTER, int VEC, int NV, int NACC>
-__device__ __forceinline__ void twopass_ilp(const float (&v)[NV * VEC], int col0, int n, int n_block,
-                                            float (*red_f)[33], Welford* red_w, float& mean,
-                                            float& m2_over_n) {
-    float acc[NACC] = {};
-#pragma unroll
-    for (int i = 0; i < NV * VEC; ++i) acc[i % NACC] += v[i];          // invalid slots hold 0
-    const float s = row_sum<TPR, 1>(acc_total<NACC>(acc), red_f[0]);
-    const float mean_b = n_block > 0 ? s / n_block : 0.f;           // an empty rank: n = 0, M2 = 0
-    #pragma unroll
-    for (int a = 0; a < NACC; ++a) acc[a] = 0.f;
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        if (col0 + j * TPR * VEC < n) {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                const float d = v[j * VEC + k] - mean_b;
-                acc[k % NACC] = fmaf(d, d, acc[k % NACC]);
-            }
-        }
-    }
-    const float m2_b = row_sum<TPR, 1>(acc_total<NACC>(acc), red_f[1]);
-    row_stats<CLUSTER>(n_block, mean_b, m2_b, red_w, mean, m2_over_n);
-}
-
-// Sum of squares with four independent accumulators (RMSNorm), reduced over the row.
-template <int TPR, int CLUSTER, int ITEMS>
-__device__ __forceinline__ float sumsq_ilp(const float (&v)[ITEMS], float* red) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) acc[i & 3] = fmaf(v[i], v[i], acc[i & 3]);
-    return row_sum<TPR, CLUSTER>((acc[0] + acc[1]) + (acc[2] + acc[3]), red);
-}
+enum Stats { TWOPASS = 0, WELFORD = 1, RMS = 2 };
 
 // One row per TPR threads; the row's values live in v[ITEMS] (fp32) between the read and the write.
 // With RowSlice's index map a warp's accesses are contiguous (coalesced) and a thread's valid
@@ -129,14 +62,6 @@ __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __re
         s = row_welford<TPR, CLUSTER>(s, red_w);
         mean = s.mean;
         rstd = rsqrtf(s.m2 / s.n + eps);
-    } else if constexpr (STATS == TWOPASS_ILP) {
-        const int n_block = min(max(n - rank * TPR * ITEMS, 0), TPR * ITEMS);
-        float var;
-        constexpr int NACC = ITEMS >= 32 ? 2 : 4;   // 4 chains spill the 64-register budget at 32 values
-        twopass_ilp<TPR, CLUSTER, VEC, NV, NACC>(v, col0, n, n_block, red_f, red_w, mean, var);
-        rstd = rsqrtf(var + eps);
-    } else if constexpr (STATS == RMS_ILP) {
-        rstd = rsqrtf(sumsq_ilp<TPR, CLUSTER, ITEMS>(v, red_f[0]) / n + eps);
     } else {
         float ss = 0.f;
 #pragma unroll
@@ -150,11 +75,11 @@ __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __re
         if (col < n) {
             const Pack<T, VEC> pw = *reinterpret_cast<const Pack<T, VEC>*>(w + col);
             Pack<T, VEC> pb, out;
-            if constexpr (STATS != RMS && STATS != RMS_ILP) pb = *reinterpret_cast<const Pack<T, VEC>*>(b + col);
+            if constexpr (STATS != RMS) pb = *reinterpret_cast<const Pack<T, VEC>*>(b + col);
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
                 float o = (v[j * VEC + k] - mean) * rstd * to_f32(pw.v[k]);
-                if constexpr (STATS != RMS && STATS != RMS_ILP) o += to_f32(pb.v[k]);
+                if constexpr (STATS != RMS) o += to_f32(pb.v[k]);
                 out.v[k] = from_f32<T>(o);
             }
             *reinterpret_cast<Pack<T, VEC>*>(y + base + col) = out;

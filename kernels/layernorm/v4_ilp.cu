@@ -5,7 +5,7 @@
 // Template parameters: T (float or __nv_bfloat16), VEC (values per access: 1, or 16 bytes' worth), TPR
 // (threads per row: 32 = a warp per row, else the whole block), THREADS (block size), ITEMS (values per
 // thread, ITEMS % VEC == 0), CLUSTER (blocks per row). CLUSTER > 1 needs sm_90 (see norm_common.cuh).
-#include "rows.cuh"
+#include "ilp.cuh"
 
 // Register budget of v4 / rmsnorm_v3 (the min-blocks of __launch_bounds__): 2048 threads per SM
 // (32 registers) for up to 8 values per thread, 1024 (64 registers) up to 32, 512 (128) beyond.
@@ -24,7 +24,7 @@ layernorm_v4_ilp(const T* __restrict__ x, const T* __restrict__ w, const T* __re
                  T* __restrict__ y, int rows, int n, float eps) {
     static_assert(VEC * sizeof(T) == 16, "v4 moves 16 bytes per access");
     static_assert(THREADS * ITEMS <= 32768, "more values per block than 128 registers per thread hold");
-    norm_rows<TWOPASS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
+    norm_rows_ilp<TWOPASS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, b, y, rows, n, eps);
 }
 // [[/snippet]]
 
@@ -35,6 +35,6 @@ rmsnorm_v3_ilp(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
                float eps) {
     static_assert(VEC * sizeof(T) == 16, "v3 moves 16 bytes per access");
     static_assert(THREADS * ITEMS <= 32768, "more values per block than 128 registers per thread hold");
-    norm_rows<RMS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
+    norm_rows_ilp<RMS_ILP, T, VEC, TPR, THREADS, ITEMS, CLUSTER>(x, w, nullptr, y, rows, n, eps);
 }
 // [[/snippet]]
