@@ -152,7 +152,8 @@ def test_table_renders_html_and_markdown_and_checks_widths():
         Table(["a", "b"], [[1]])
 
 
-def test_glue_formats_and_expect_raises_with_the_sentence():
+def test_glue_formats_and_expect_raises_with_the_sentence(monkeypatch):
+    monkeypatch.setattr("utils.prose.on_book_gpu", lambda: True)
     assert glue("v1_frac", 0.8512, "{:.0%}") == "85%"
     assert repr(Text("85%")) == "85%"
     with pytest.raises(ValueError, match="glue name"):
@@ -174,3 +175,9 @@ def test_glue_output_is_what_myst_nb_reads():
     ((key, data),) = extract_glue_data_cell(cell)
     assert key == "v1_frac" and data["data"] == {"text/plain": "85%"}
     assert cell.outputs == []           # hidden from the cell's visible output
+
+
+def test_expect_only_notes_a_failed_judgement_on_another_gpu(monkeypatch, capsys):
+    monkeypatch.setattr("utils.prose.on_book_gpu", lambda: False)
+    expect(False, "v9 misses its prediction")
+    assert "on this GPU it does not hold" in capsys.readouterr().out

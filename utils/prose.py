@@ -58,10 +58,27 @@ def glue_all(values: dict, fmt: str = "{}") -> None:
         glue(name, value, fmt)
 
 
+BOOK_GPU = "H200"   # the GPU the book's text was written from (its stored run)
+
+
+def on_book_gpu() -> bool:
+    """True on the GPU the prose describes. Elsewhere (an H100, an A100) a judgement may honestly come
+    out differently, and the reader gets a note instead of an error."""
+    from .gpu import device_summary, has_gpu
+    return has_gpu() and BOOK_GPU in device_summary()["name"]
+
+
 def expect(condition: bool, sentence: str) -> None:
-    """Assert a judgement the prose makes. ``sentence`` is the claim in plain English."""
-    if not bool(condition):
+    """Assert a judgement the prose makes. ``sentence`` is the claim in plain English.
+
+    On the book's GPU a judgement that no longer holds raises :class:`JudgementFailed` (a re-run must
+    not leave the text wrong); on another GPU it prints one line saying the text's claim does not hold
+    here, since the text describes the H200 run."""
+    if bool(condition):
+        return
+    if on_book_gpu():
         raise JudgementFailed(f"the text says: {sentence!r}, but this run's figures do not support it")
+    print(f"note: the text (written from an {BOOK_GPU} run) says {sentence!r}; on this GPU it does not hold.")
 
 
 def reset() -> None:
