@@ -1,71 +1,119 @@
-"""Compile kernels/ sources with NVRTC and load them into CuPy.
+"""Compile kernels/ sources (NVRTC, or nvcc for what NVRTC cannot build) and load them into CuPy.
 
-One path for every machine: ``cuda.core.Program`` (NVRTC) compiles a ``.cu`` file to a cubin, with the
-ptxas report captured; on a GPU the cubin is loaded as a CuPy ``RawModule``. The CPU-only CI check
-compiles through the same function with the same options, so "it compiles in CI" means "it compiles
-on the H200". Results are cached per (source text, included headers, options, arch): editing a kernel
-file and re-running a cell recompiles it.
+One path for every machine: NVRTC (through ``cuda.bindings``) compiles a ``.cu`` file to a cubin and
+its PTX, with the ptxas report captured; on a GPU the result is loaded as a CuPy ``RawModule``. The
+CPU-only CI check compiles through the same function with the same options, so "it compiles in CI"
+means "it compiles on the H200".
 
-Arch: Hopper-only code (wgmma, setmaxnreg) builds for ``sm_90a``; everything else for the running
-GPU's own arch (``sm_90`` when asked without a GPU, the arch the book is executed on).
+Caching. A build is keyed by the text of the ``.cu`` and of every local header it includes, the
+options, the arch, the compiler's version and the extra include dirs (each by path and the version
+of the wheel that provides it). Builds live in memory and on disk (``BOOK_CACHE_DIR``, else
+``$XDG_CACHE_HOME/fa2-book/kernels`` or ``~/.cache/fa2-book/kernels``), so a second process compiles
+nothing it has compiled before; editing a kernel file and re-running a cell recompiles it.
+
+Arch. A source declares the features it needs (``requires=("wgmma",)``, names from
+``utils.gpu.FEATURES``). It builds for ``sm_90a`` if one of them exists only there (wgmma,
+setmaxnreg), else for the running GPU's own arch (``sm_90`` without a GPU; the emulated arch under
+``BOOK_ARCH``), or for the lowest arch that has the features when the running one lacks them (so the
+ptxas report still exists). Under ``BOOK_ARCH`` a build for the emulated arch is loaded as PTX, which
+the driver JIT-compiles for the real GPU (an sm_80 cubin cannot load on an sm_90 GPU).
+
+``BOOK_COMPILE_LOG=<file>`` appends ``<kind>\\t<seconds>\\t<file>\\t<arch>`` per build that was not
+already in memory (kind: nvrtc, nvcc or disk); :func:`compile_stats` sums the same for this process.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import hashlib
-import io
+import json
 import os
 import re
+import shutil
+import subprocess
+import sys
 import tempfile
+import time
+import warnings
+import zlib
 from pathlib import Path
 
 from .paths import INCLUDE, KERNELS, REPO
 
 DEFAULT_ARCH = "sm_90"  # arch assumed when no GPU is present (CI compile checks)
 HOPPER_ARCH = "sm_90a"
-
+COMPILERS = ("nvrtc", "nvcc")
+CACHE_ENV = "BOOK_CACHE_DIR"
+COMPILE_LOG_ENV = "BOOK_COMPILE_LOG"
+CACHE_FORMAT = 1          # bump when an entry's layout or the meaning of the key changes
+# nvcc's flags for CUTLASS/CuTe translation units: without -DNDEBUG ptxas serializes wgmma at
+# function calls (C7510) and a CUTLASS sm90 GEMM loses about 6%.
+NVCC_FLAGS = ("-cubin", "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG", "-lineinfo",
+              "-Xptxas", "-v")
+NVCC_WHEELS = "nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88"
+CUTLASS_WHEEL = "nvidia-cutlass==4.2.0.0"
 
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
 class CompileError(RuntimeError):
-    """NVRTC rejected a kernel file; the message carries the compiler log."""
+    """The compiler rejected a kernel file; the message carries the compiler log."""
+
+
+class ToolchainMissing(CompileError):
+    """A compiler (nvcc, a host C++ compiler) or a header package the build needs is not installed."""
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelSource:
     """A kernels/ file and how to build it.
 
-    ``file`` is relative to kernels/. ``hopper`` builds for sm_90a. ``name_expressions`` instantiates
-    templates (``"gemm<128, 128>"``). ``spill_free`` kernels fail the CI compile check if ptxas reports
-    any spill bytes. ``defines`` become ``-D`` options.
+    ``file`` is relative to kernels/. ``requires`` names the ``utils.gpu.FEATURES`` the code needs
+    (sets the arch and makes :func:`load` refuse a GPU without them). ``name_expressions``
+    instantiates templates (``"gemm<128, 128>"``; NVRTC only). ``spill_free`` kernels fail the CI
+    compile check if ptxas reports any spill bytes. ``defines`` become ``-D`` options.
+    ``include_dirs`` adds ``-I`` paths (``cutlass_include_dirs()``). ``compiler="nvcc"`` builds
+    with nvcc (kernels must then be ``extern "C"``).
     """
 
     file: str
-    hopper: bool = False
+    requires: tuple[str, ...] = ()
     name_expressions: tuple[str, ...] = ()
     spill_free: bool = True
     defines: tuple[tuple[str, str], ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    compiler: str = "nvrtc"
+
+    def __post_init__(self):
+        from .gpu import check_feature
+        for name in ("requires", "name_expressions", "include_dirs"):
+            if isinstance(getattr(self, name), str):
+                raise ValueError(f"{self.file}: {name} expects a tuple of strings, got the string "
+                                 f"{getattr(self, name)!r}")
+        for feature in self.requires:
+            check_feature(feature)
+        if self.compiler not in COMPILERS:
+            raise ValueError(f"{self.file}: compiler expects one of {COMPILERS}, got {self.compiler!r}")
+        if self.compiler == "nvcc" and self.name_expressions:
+            raise ValueError(f"{self.file}: nvcc builds take no name_expressions (nvcc cannot report "
+                             "mangled names); give the kernels extern \"C\" names")
+        # tuples keep the dataclass hashable; paths may come as Path objects
+        object.__setattr__(self, "requires", tuple(self.requires))
+        object.__setattr__(self, "include_dirs", tuple(str(d) for d in self.include_dirs))
 
     @property
     def path(self) -> Path:
         return KERNELS / self.file
 
     def arch(self, device_arch: str | None = None) -> str:
-        if self.hopper:
-            return HOPPER_ARCH
-        return device_arch or running_arch()
+        """The arch this source builds for when the running GPU is ``device_arch``."""
+        return target_arch(self.requires, device_arch or running_arch())
 
-    def program_options(self, arch: str, ptxas_verbose: bool = True):
-        """NVRTC options, the same on every machine. ftz as CuPy's own NVRTC path sets it."""
-        from cuda.core import ProgramOptions
-        return ProgramOptions(
-            name=self.file, arch=arch, std="c++17", ftz=True, lineinfo=True,
-            include_path=[str(INCLUDE), str(self.path.parent), *cuda_include_dirs()],
-            define_macro=[(k, v) for k, v in self.defines] or None,
-            ptxas_options=["-v"] if ptxas_verbose else None,
-        )
+    def options(self, arch: str, nonce: str | None = None) -> list[str]:
+        """The compiler's command-line options (no input or output file)."""
+        if self.compiler == "nvcc":
+            return nvcc_options(self, arch, nonce)
+        return nvrtc_options(self, arch, nonce)
 
     def function(self, name: str):
         """The CuPy kernel ``name`` (a plain extern "C" name or one of ``name_expressions``).
@@ -95,23 +143,56 @@ class KernelSource:
 class Compiled:
     cubin: bytes
     symbols: dict[str, str]      # name expression -> mangled name
-    log: str                     # the full ptxas/NVRTC log
+    log: str                     # the full compiler/ptxas log
     report: dict[str, dict]      # kernel (mangled) name -> resources
     arch: str
-    inputs: tuple[Path, ...]     # the .cu file and every header it pulled from kernels/include
+    inputs: tuple[Path, ...]     # the .cu file and every header it pulled from kernels/
+    packed_ptx: bytes = b""      # zlib-compressed PTX the cubin was assembled from (`.target` = arch)
+    compiler: str = "nvrtc"
 
+    @property
+    def ptx(self) -> str:
+        """The PTX, inflated on use: only an emulated run loads it, and a warm process should not pay
+        for inflating megabytes of it per source."""
+        return zlib.decompress(self.packed_ptx).decode() if self.packed_ptx else ""
+
+
+# --- arch -----------------------------------------------------------------------------------------
 
 def running_arch() -> str:
-    """'sm_XY' of the GPU present, else the book's target arch (sm_90)."""
-    from .gpu import device_summary, has_gpu
+    """``BOOK_ARCH`` if set, else 'sm_XY' of the GPU present, else the book's target arch (sm_90)."""
+    from .gpu import arch_cc, device_arch, emulated_arch, has_gpu
+    emulated = emulated_arch()
+    if emulated:
+        if has_gpu() and arch_cc(emulated) > arch_cc(device_arch()):
+            raise ValueError(f"BOOK_ARCH={emulated} emulates a newer GPU than this {device_arch()}; "
+                             "expected an arch at most the device's")
+        return emulated
     if not has_gpu():
         return DEFAULT_ARCH
-    d = device_summary()
-    return f"sm_{d['major']}{d['minor']}"
+    return device_arch()
 
 
-def local_includes(path: Path) -> tuple[Path, ...]:
-    """The file and every quoted header it includes from kernels/include, recursively, in order."""
+def target_arch(requires, running: str) -> str:
+    """sm_90a if a required feature exists only there; else ``running`` if it has every feature; else
+    the lowest arch that has them (the build must exist even where :func:`load` will refuse it)."""
+    from .gpu import ARCH_SPECIFIC, arch_has
+    if ARCH_SPECIFIC.intersection(requires):
+        return HOPPER_ARCH
+    for arch in (running, "sm_80", DEFAULT_ARCH):
+        if all(arch_has(arch, f) for f in requires):
+            return arch
+    raise ValueError(f"no arch this book builds for has all of {tuple(requires)}")
+
+
+# --- inputs and include dirs ------------------------------------------------------------------------
+
+def local_includes(path: Path, include_dirs=()) -> tuple[Path, ...]:
+    """The file and every quoted header it includes from its own dir, kernels/include or an include
+    dir inside the repository, recursively, in order. Headers found in an include dir outside the
+    repository (a wheel's) are not followed: the cache key identifies them by the providing package's
+    version instead (:func:`include_dir_identity`)."""
+    repo_dirs = [Path(d) for d in include_dirs if in_repo(d)]
     seen: list[Path] = []
 
     def visit(p: Path):
@@ -119,13 +200,15 @@ def local_includes(path: Path) -> tuple[Path, ...]:
             return
         seen.append(p)
         for name in _INCLUDE_RE.findall(p.read_text()):
-            for base in (p.parent, INCLUDE):
+            for base in (p.parent, INCLUDE, *repo_dirs):
                 cand = (base / name).resolve()
                 if cand.exists():
                     visit(cand)
                     break
             else:
-                raise CompileError(f'{p.name}: #include "{name}" not found in {p.parent} or {INCLUDE}')
+                if not any((Path(d) / name).exists() for d in include_dirs):
+                    raise CompileError(f'{p.name}: #include "{name}" not found in {p.parent}, {INCLUDE}'
+                                       + "".join(f", {d}" for d in include_dirs))
 
     visit(path.resolve())
     return tuple(seen)
@@ -152,72 +235,380 @@ def cuda_include_dirs() -> tuple[str, ...]:
     return tuple(dict.fromkeys(d for d in found if d))
 
 
-def _fingerprint(src: KernelSource, arch: str, inputs: tuple[Path, ...]) -> str:
-    h = hashlib.sha256()
-    for p in inputs:
-        h.update(str(p.relative_to(REPO)).encode())
-        h.update(p.read_bytes())
-    h.update(repr((arch, src.defines, src.name_expressions)).encode())
-    return h.hexdigest()
+@functools.lru_cache(maxsize=None)
+def cutlass_include_dirs() -> tuple[str, str]:
+    """The CUTLASS and CuTe headers of the ``nvidia-cutlass`` wheel: ``cutlass_library/source/include``
+    (cute/, cutlass/) and ``.../tools/util/include`` (cutlass/util/). For ``include_dirs=``."""
+    import importlib.util
+    spec = importlib.util.find_spec("cutlass_library")   # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ToolchainMissing(f"the CUTLASS/CuTe headers come from the nvidia-cutlass wheel, which is "
+                               f"not installed: pip install {CUTLASS_WHEEL}")
+    source = Path(next(iter(spec.submodule_search_locations))) / "source"
+    dirs = (source / "include", source / "tools" / "util" / "include")
+    if not (dirs[0] / "cute" / "tensor.hpp").exists() or not dirs[1].is_dir():
+        raise ToolchainMissing(f"nvidia-cutlass at {source.parent} lacks source/include/cute/tensor.hpp "
+                               f"or source/tools/util/include; reinstall {CUTLASS_WHEEL}")
+    return str(dirs[0]), str(dirs[1])
 
 
-_compiled: dict[str, Compiled] = {}
-_functions: dict[tuple, tuple] = {}   # (source, name) -> (stat signature, inputs, kernel)
+def include_dir_identity(d: str) -> str:
+    """What identifies the headers under ``d`` for the cache key: the path plus the name and version
+    of every wheel installing into its top-level package dir (hashing thousands of CUTLASS headers on
+    every build would cost more than it saves); a repository dir by its path (its headers are hashed
+    one by one); any other dir (a CUDA toolkit) by its path and modification time."""
+    providers = wheel_providers(d)
+    if providers:
+        return f"{d}|{','.join(providers)}"
+    if in_repo(d):
+        return _shown_path(Path(d).resolve())
+    return f"{d}|mtime={os.stat(d).st_mtime_ns}"
 
 
-def _stat_signature(paths) -> tuple:
-    out = []
-    for p in paths:
+def wheel_providers(d: str) -> list[str]:
+    """['nvidia_cutlass-4.2.0.0'] for a dir inside an installed wheel's package, else []."""
+    real = Path(d).resolve()
+    for entry in sys.path:
+        site = Path(entry or ".").resolve()
+        if site != real and site in real.parents:
+            providers = site_providers(str(site)).get(real.relative_to(site).parts[0])
+            if providers:
+                return providers
+    return []
+
+
+@functools.lru_cache(maxsize=None)
+def site_providers(site: str) -> dict[str, list[str]]:
+    """{top-level dir: ['nvidia_cuda_runtime-13.0.96', ...]} from the *.dist-info dirs of ``site``."""
+    out: dict[str, list[str]] = {}
+    for info in sorted(Path(site).glob("*.dist-info")):
         try:
-            st = os.stat(p)
-            out.append((st.st_mtime_ns, st.st_size))
-        except FileNotFoundError:
-            out.append(None)
-    return tuple(out)
+            tops = (info / "top_level.txt").read_text().split()
+        except OSError:
+            continue
+        for top in tops:
+            out.setdefault(top, []).append(info.name[: -len(".dist-info")])
+    return out
 
 
-def compile_source(src: KernelSource, arch: str | None = None) -> Compiled:
-    """Compile with NVRTC to a cubin (no GPU needed). Cached while the sources are unchanged."""
-    if not src.path.exists():
-        raise CompileError(f"kernel file {src.path} does not exist")
-    arch = src.arch(arch)
-    inputs = local_includes(src.path)
-    key = _fingerprint(src, arch, inputs)
-    if key in _compiled:
-        return _compiled[key]
-    obj, text = _nvrtc(src, arch)
-    if not set(cubin_kernels(obj.code)) <= set(parse_ptxas(text)):
+def in_repo(d) -> bool:
+    """Inside the repository and not an installed wheel's (a virtual environment may live in it)."""
+    return Path(d).resolve().is_relative_to(REPO) and not wheel_providers(d)
+
+
+def header_dirs(src: KernelSource) -> tuple[str, ...]:
+    """-I dirs after kernels/include and the file's own dir: the source's, then (NVRTC) CUDA's."""
+    cuda = cuda_include_dirs() if src.compiler == "nvrtc" else ()
+    return (*src.include_dirs, *cuda)
+
+
+# --- compilers ----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Build:
+    """What one compiler run produced."""
+    cubin: bytes
+    packed_ptx: bytes            # zlib-compressed
+    log: str
+    symbols: dict[str, str]
+
+    @property
+    def ptx(self) -> str:
+        return zlib.decompress(self.packed_ptx).decode()
+
+
+def pack_ptx(text: str) -> bytes:
+    return zlib.compress(text.encode(), 1)
+
+
+def nvrtc_options(src: KernelSource, arch: str, nonce: str | None = None) -> list[str]:
+    """NVRTC options, the same on every machine; ftz as CuPy's own NVRTC path sets it. A ``compute_``
+    arch yields PTX only (no ptxas run)."""
+    defines = [*src.defines, *([("BOOK_BUILD_NONCE", nonce)] if nonce else [])]
+    return [f"-arch={arch}", "--generate-line-info",
+            *(["--ptxas-options=-v"] if arch.startswith("sm_") else []), "--ftz=true",
+            *(f"--define-macro={k}={v}" for k, v in defines),
+            *(f"--include-path={d}" for d in (INCLUDE, src.path.parent, *header_dirs(src))),
+            "--std=c++17"]
+
+
+def nvcc_options(src: KernelSource, arch: str, nonce: str | None = None) -> list[str]:
+    defines = [*src.defines, *([("BOOK_BUILD_NONCE", nonce)] if nonce else [])]
+    return [*NVCC_FLAGS, f"-arch={arch}",
+            *(f"-I{d}" for d in (INCLUDE, src.path.parent, *header_dirs(src))),
+            *(f"-D{k}={v}" for k, v in defines)]
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+    _, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}"
+
+
+def nvrtc_compile(src: KernelSource, arch: str, nonce: str | None = None) -> Build:
+    """One NVRTC compile: PTX, and for an ``sm_`` arch the cubin and ptxas log. Calls NVRTC directly:
+    ``cuda.core`` asks the driver for its version when it emits PTX (a CPU machine has no driver), and
+    importing it takes longer than a whole warm build."""
+    from cuda.bindings import nvrtc
+
+    def ok(ret):
+        err, *rest = ret if isinstance(ret, tuple) else (ret,)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"{src.file} ({arch}): NVRTC error {err}")
+        return rest[0] if len(rest) == 1 else rest
+
+    def read(size_fn, get_fn) -> bytes:
+        buf = b" " * ok(size_fn(prog))
+        ok(get_fn(prog, buf))
+        return buf
+
+    opts = [o.encode() for o in nvrtc_options(src, arch, nonce)]
+    prog = ok(nvrtc.nvrtcCreateProgram(src.path.read_bytes(), src.file.encode(), 0, [], []))
+    try:
+        for expr in src.name_expressions:
+            ok(nvrtc.nvrtcAddNameExpression(prog, expr.encode()))
+        err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        log = read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog)
+        log = log.rstrip(b"\x00 ").decode(errors="replace")
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"{src.file} ({arch}) failed to compile:\n{log}")
+        ptx_text = read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX).rstrip(b"\x00").decode()
+        cubin = read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if arch.startswith("sm_") else b""
+        symbols = {e: ok(nvrtc.nvrtcGetLoweredName(prog, e.encode())).decode() for e in src.name_expressions}
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return Build(cubin, pack_ptx(ptx_text), log, symbols)
+
+
+def nvcc_candidates() -> list[str]:
+    """Where nvcc may be, in the order tried: PATH, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin,
+    the nvidia-cuda-nvcc wheel."""
+    cands = [shutil.which("nvcc")]
+    cands += [os.path.join(os.environ[e], "bin", "nvcc") for e in ("CUDA_HOME", "CUDA_PATH")
+              if os.environ.get(e)]
+    cands.append("/usr/local/cuda/bin/nvcc")
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+        cands.append(find_nvidia_binary_utility("nvcc"))
+    except Exception:  # noqa: BLE001 - an old pathfinder or no wheel: nvcc is simply not there
+        pass
+    return [c for c in cands if c]
+
+
+@functools.lru_cache(maxsize=None)
+def find_nvcc() -> str:
+    """The first executable of :func:`nvcc_candidates`, checked for a host C++ compiler too. Raises
+    :class:`ToolchainMissing` saying what to install."""
+    nvcc = next((c for c in nvcc_candidates() if os.access(c, os.X_OK)), None)
+    if nvcc is None:
+        raise ToolchainMissing("nvcc not found on PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin "
+                               f"or a wheel: install the CUDA toolkit or pip install {NVCC_WHEELS}")
+    if shutil.which("g++") is None:
+        raise ToolchainMissing(f"nvcc ({nvcc}) needs a host C++ compiler and g++ is not on PATH "
+                               "(apt-get install g++)")
+    return nvcc
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version() -> str:
+    """'<path>: <release line>' of the nvcc :func:`find_nvcc` picks."""
+    nvcc = find_nvcc()
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    return f"{os.path.realpath(nvcc)}: {out.strip().splitlines()[-1]}"
+
+
+def nvcc_compile(src: KernelSource, arch: str, nonce: str | None = None) -> Build:
+    """One nvcc compile to a cubin; ``-keep`` leaves the PTX it assembled beside it."""
+    nvcc = find_nvcc()
+    with tempfile.TemporaryDirectory(prefix="fa2-book-nvcc-") as tmp:
+        out = Path(tmp) / "out.cubin"
+        args = [nvcc, *nvcc_options(src, arch, nonce), "-keep", "-keep-dir", tmp, "-o", str(out),
+                str(src.path)]
+        proc = subprocess.run(args, capture_output=True, text=True, check=False)
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise CompileError(f"{src.file} ({arch}) failed to compile with nvcc:\n{log}")
+        ptx_text = "".join(p.read_text() for p in sorted(Path(tmp).glob("*.ptx")))
+        return Build(out.read_bytes(), pack_ptx(ptx_text), log, {})
+
+
+def compiler_identity(src: KernelSource) -> str:
+    return f"nvcc {nvcc_version()}" if src.compiler == "nvcc" else f"nvrtc {nvrtc_version()}"
+
+
+def _build(src: KernelSource, arch: str) -> Build:
+    compile_once = nvcc_compile if src.compiler == "nvcc" else nvrtc_compile
+    out = compile_once(src, arch)
+    if not covers(out.cubin, out.log):
         # A build served from a compile cache comes back without the ptxas log, or with the log of only
         # some of its kernels (both seen on the H200 host when a source had been compiled before: an
         # nbval pass lost the report of w4a16_gemv_v0_naive). A define no cache has seen forces a real
         # build, whose log covers every kernel in the cubin.
-        _, text = _nvrtc(src, arch, nonce=os.urandom(8).hex())
-    symbols = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in (obj.symbol_mapping or {}).items()}
-    out = Compiled(obj.code, symbols, text, parse_ptxas(text), arch, inputs)
-    _compiled[key] = out
-    _note_inputs(src, inputs)
+        out = compile_once(src, arch, nonce=os.urandom(8).hex())
     return out
+
+
+def covers(cubin: bytes, log: str) -> bool:
+    """Whether the ptxas log reports every kernel of the cubin."""
+    return set(cubin_kernels(cubin)) <= set(parse_ptxas(log))
+
+
+# --- the cache: memory, then disk ---------------------------------------------------------------------
+
+_compiled: dict[str, Compiled] = {}
+_functions: dict[tuple, tuple] = {}   # (source, name) -> (stat signature, inputs, kernel)
+_modules: dict[int, object] = {}      # id(Compiled) -> loaded module
+_stats = {"nvrtc_s": 0.0, "nvcc_s": 0.0, "disk_s": 0.0, "builds": 0, "disk_hits": 0}
+
+
+def cache_dir() -> Path:
+    """Where builds are stored: ``BOOK_CACHE_DIR``, else ``$XDG_CACHE_HOME/fa2-book/kernels``, else
+    ``~/.cache/fa2-book/kernels``. Deleting the directory clears the cache."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fa2-book" / "kernels"
+
+
+def cache_key(src: KernelSource, arch: str, inputs: tuple[Path, ...]) -> str:
+    """sha256 over everything that decides the build: input texts, options, arch, compiler, headers."""
+    h = hashlib.sha256()
+    options = [o.replace(str(REPO), "<repo>") for o in src.options(arch)]
+    headers = [include_dir_identity(d) for d in header_dirs(src)]
+    what = (CACHE_FORMAT, compiler_identity(src), arch, options, headers, src.name_expressions)
+    h.update(repr(what).encode())
+    for p in inputs:
+        h.update(_shown_path(p).encode() + b"\x00" + p.read_bytes() + b"\x00")
+    return h.hexdigest()
+
+
+def _shown_path(p: Path) -> str:
+    """Repository-relative where possible, so clones in different places share builds."""
+    try:
+        return str(p.relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write through a temporary file in the same directory and rename it into place, so a process
+    reading ``path`` sees the old content or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)     # mkstemp makes 0600; others sharing the cache may read it
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+ENTRY_MAGIC = b"fa2-book build\n"
+
+
+def _entry_path(key: str) -> Path:
+    return cache_dir() / f"{key}.build"
+
+
+def _entry_checksum(*parts: bytes) -> int:
+    """crc32 over the parts: catches a truncated or damaged entry at GB/s (sha256 would cost a
+    tenth of a second per warm chapter)."""
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return crc
+
+
+def store(key: str, src: KernelSource, out: Build, arch: str) -> None:
+    """Write a build to the disk cache as one file: a magic line, a JSON line (sizes, symbols, checksum),
+    the cubin, the compressed PTX, the log. A cache that cannot be written costs speed, not the build."""
+    log = out.log.encode()
+    meta = {"format": CACHE_FORMAT, "file": src.file, "arch": arch, "compiler": src.compiler,
+            "symbols": out.symbols, "sizes": [len(out.cubin), len(out.packed_ptx), len(log)],
+            "crc32": _entry_checksum(out.cubin, out.packed_ptx, log)}
+    data = b"".join([ENTRY_MAGIC, json.dumps(meta).encode(), b"\n", out.cubin, out.packed_ptx, log])
+    try:
+        atomic_write(_entry_path(key), data)
+    except OSError as e:
+        warnings.warn(f"kernel build cache {cache_dir()} not writable ({e}); builds are kept in memory only",
+                      stacklevel=3)
+
+
+def stored(key: str) -> Build | None:
+    """The disk cache's build for ``key``; None when absent, unreadable, corrupt or missing part of its
+    ptxas report (then the caller rebuilds and overwrites it)."""
+    try:
+        data = _entry_path(key).read_bytes()
+        if not data.startswith(ENTRY_MAGIC):
+            return None
+        head_end = data.index(b"\n", len(ENTRY_MAGIC))
+        meta = json.loads(data[len(ENTRY_MAGIC):head_end])
+        n_cubin, n_ptx, n_log = meta["sizes"]
+        body = data[head_end + 1:]
+        cubin, packed_ptx, log = body[:n_cubin], body[n_cubin:n_cubin + n_ptx], body[n_cubin + n_ptx:]
+        if (meta["format"] != CACHE_FORMAT or len(log) != n_log
+                or meta["crc32"] != _entry_checksum(cubin, packed_ptx, log)):
+            return None
+        out = Build(cubin, packed_ptx, log.decode(), dict(meta["symbols"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return out if covers(out.cubin, out.log) else None
+
+
+def compile_source(src: KernelSource, arch: str | None = None) -> Compiled:
+    """Compile to a cubin (no GPU needed), from memory or the disk cache when nothing changed."""
+    if not src.path.exists():
+        raise CompileError(f"kernel file {src.path} does not exist")
+    for d in src.include_dirs:
+        if not os.path.isdir(d):
+            raise CompileError(f"{src.file}: include dir {d} does not exist")
+    arch = src.arch(arch)
+    start = time.perf_counter()
+    inputs = local_includes(src.path, src.include_dirs)
+    key = cache_key(src, arch, inputs)
+    if key in _compiled:
+        return _compiled[key]
+    out, kind = stored(key), "disk"
+    if out is None:
+        out, kind = _build(src, arch), src.compiler
+        store(key, src, out, arch)
+    comp = Compiled(out.cubin, out.symbols, out.log, parse_ptxas(out.log), arch, inputs, out.packed_ptx,
+                    src.compiler)
+    _compiled[key] = comp
+    _note_inputs(src, inputs)
+    _note_compile(kind, time.perf_counter() - start, src, arch)
+    return comp
+
+
+def clear_memory_cache() -> None:
+    """Forget the builds and modules held in memory (the disk cache stays): what a new process sees."""
+    _compiled.clear()
+    _functions.clear()
+    _modules.clear()
+
+
+def _note_compile(kind: str, seconds: float, src: KernelSource, arch: str) -> None:
+    _stats[f"{kind}_s"] += seconds
+    _stats["disk_hits" if kind == "disk" else "builds"] += 1
+    log = os.environ.get(COMPILE_LOG_ENV)
+    if log:
+        with open(log, "a") as f:   # one short append per line: concurrent writers do not interleave
+            f.write(f"{kind}\t{seconds:.3f}\t{src.file}\t{arch}\n")
+
+
+def compile_stats() -> dict:
+    """This process's compile time so far: {"nvrtc_s", "nvcc_s", "disk_s", "builds", "disk_hits"}
+    (builds served from memory cost nothing and are not counted)."""
+    return dict(_stats)
 
 
 def cubin_kernels(cubin: bytes) -> list[str]:
     """The (mangled) names of the kernels in a cubin: each entry function has a ``.nv.info.<name>`` section,
     device functions do not."""
     return sorted({m.decode() for m in re.findall(rb"\.nv\.info\.([^\x00]+)\x00", cubin)})
-
-
-def _nvrtc(src: KernelSource, arch: str, nonce: str | None = None):
-    """One NVRTC compile to a cubin: (ObjectCode, log text)."""
-    from cuda.core import Program
-    opts = src.program_options(arch)
-    if nonce:
-        opts.define_macro = [*(opts.define_macro or []), ("BOOK_BUILD_NONCE", nonce)]
-    log = io.StringIO()
-    try:
-        obj = Program(src.path.read_text(), "c++", opts).compile(
-            "cubin", name_expressions=src.name_expressions or (), logs=log)
-    except Exception as e:  # NVRTCError carries the log in its message
-        raise CompileError(f"{src.file} ({arch}) failed to compile:\n{e}\n{log.getvalue()}") from None
-    return obj, log.getvalue()
 
 
 _PTXAS_FUNC = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
@@ -251,26 +642,32 @@ def parse_ptxas(log: str) -> dict[str, dict]:
     return report
 
 
-_modules: dict[int, object] = {}
+# --- loading ------------------------------------------------------------------------------------------
+
+def loads_ptx(comp: Compiled) -> bool:
+    """Under ``BOOK_ARCH`` a build for the emulated arch loads as PTX: the driver JIT-compiles it for the
+    real GPU, on which a cubin of an older major arch would not load."""
+    from .gpu import emulated_arch
+    return emulated_arch() is not None and comp.arch == emulated_arch()
 
 
 def load(src: KernelSource):
-    """The CuPy RawModule for ``src`` on the current device; recompiled when the file changed."""
-    from .gpu import require, require_gpu
-    require_gpu()
-    if src.hopper:
-        require("wgmma")
+    """The CuPy RawModule for ``src`` on the current device; recompiled when the file changed. Raises
+    :class:`utils.gpu.MissingFeature` (one line) where the GPU, or the emulated arch, lacks a feature
+    the source requires."""
+    from .gpu import require
+    require(*src.requires, needed_by=src.file)
     import cupy
 
     comp = compile_source(src)
     cache_key = id(comp)
     mod = _modules.get(cache_key)
     if mod is None:
-        cache_dir = Path(tempfile.gettempdir()) / "fa2-book-cubins"
-        cache_dir.mkdir(exist_ok=True)
-        path = cache_dir / (hashlib.sha256(comp.cubin).hexdigest()[:24] + ".cubin")
+        image, suffix = (comp.ptx.encode(), ".ptx") if loads_ptx(comp) else (comp.cubin, ".cubin")
+        name = hashlib.sha256(image).hexdigest()[:24] + suffix
+        path = Path(tempfile.gettempdir()) / "fa2-book-modules" / name
         if not path.exists():
-            path.write_bytes(comp.cubin)
+            atomic_write(path, image)
         mod = _NamedModule(cupy.RawModule(path=str(path)), comp.symbols)
         _modules[cache_key] = mod
     return mod
@@ -286,40 +683,16 @@ class _NamedModule:
         return self.raw.get_function(self.symbols.get(name, name))
 
 
-def ptx(src: KernelSource) -> str:
-    """The PTX NVRTC emits for ``src``. Calls NVRTC directly: cuda.core asks the driver for its
-    version when it emits PTX, and a machine without a GPU has no driver."""
-    from cuda.bindings import nvrtc
-
-    def ok(ret):
-        err, *rest = ret if isinstance(ret, tuple) else (ret,)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CompileError(f"{src.file}: NVRTC error {err}")
-        return rest[0] if len(rest) == 1 else rest
-
-    opts = src.program_options(src.arch(), ptxas_verbose=False).as_bytes("nvrtc")
-    prog = ok(nvrtc.nvrtcCreateProgram(src.path.read_bytes(), src.file.encode(), 0, [], []))
-    try:
-        for expr in src.name_expressions:
-            ok(nvrtc.nvrtcAddNameExpression(prog, expr.encode()))
-        err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            size = ok(nvrtc.nvrtcGetProgramLogSize(prog))
-            log = b" " * size
-            ok(nvrtc.nvrtcGetProgramLog(prog, log))
-            raise CompileError(f"{src.file} failed to compile:\n{log.decode(errors='replace')}")
-        size = ok(nvrtc.nvrtcGetPTXSize(prog))
-        buf = b" " * size
-        ok(nvrtc.nvrtcGetPTX(prog, buf))
-        return buf.rstrip(b"\x00").decode()
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+def ptx(src: KernelSource, arch: str | None = None) -> str:
+    """The PTX of ``src`` for its arch (NVRTC to PTX only, no ptxas run; nvcc sources: their build's)."""
+    arch = src.arch(arch)
+    if src.compiler == "nvcc":
+        return compile_source(src, arch).ptx
+    return nvrtc_compile(src, "compute_" + arch[len("sm_"):]).ptx
 
 
 def sass(src: KernelSource, kernel: str | None = None) -> str:
     """SASS of the compiled cubin through cuobjdump (present on GPU hosts with the CUDA toolkit)."""
-    import shutil
-    import subprocess
     tool = shutil.which("cuobjdump")
     if tool is None:
         try:
@@ -354,6 +727,17 @@ def _note_inputs(src: KernelSource, inputs: tuple[Path, ...]) -> None:
     with open(log, "a") as f:
         for p in files:
             f.write(str(p.resolve().relative_to(REPO)) + "\n")
+
+
+def _stat_signature(paths) -> tuple:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
 
 
 # --- launch attributes: clusters above the portable size, dynamic shared memory above 48 KB ---------

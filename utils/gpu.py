@@ -2,10 +2,16 @@
 
 Errors raised here render as one line in Jupyter (``_render_traceback_``), so a reader on a machine
 without the hardware sees a sentence instead of a traceback wall.
+
+``BOOK_ARCH=sm_80`` (read once per process; also sm_86, sm_89, sm_90, sm_90a) emulates a reader whose
+GPU is that arch: :func:`supports` answers for the device *and* the emulated arch, so on an H200 the
+Hopper features (clusters, tma, wgmma, setmaxnreg) are reported absent, and ``utils.build`` builds
+for the emulated arch (as PTX, which the driver JIT-compiles for the real GPU).
 """
 from __future__ import annotations
 
 import functools
+import os
 import re
 
 
@@ -74,6 +80,7 @@ def device_summary() -> dict:
         "clock_khz": p.get("clockRate"),
         "mem_clock_khz": p.get("memoryClockRate"),
         "device_id": dev.id,
+        "emulated_arch": emulated_arch(),
     }
 
 
@@ -92,25 +99,90 @@ FEATURES = {
     "bf16-mma": (8, 0),
     "clusters": (9, 0),
     "tma": (9, 0),
-    "wgmma": (9, 0),   # needs the sm_90a target: exactly 9.0, not later archs
+    "wgmma": (9, 0),
     "setmaxnreg": (9, 0),
 }
+# Features that exist only on the arch-specific sm_90a target: exactly compute capability 9.0, and code
+# using them must be built for sm_90a (clusters and TMA are plain sm_90 and carry over to later archs).
+ARCH_SPECIFIC = frozenset({"wgmma", "setmaxnreg"})
+
+ARCH_ENV = "BOOK_ARCH"
+EMULABLE_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+_ARCH_RE = re.compile(r"sm_(\d+)(\d)[af]?")   # sm_80, sm_90a, sm_100a
 
 
-def supports(feature: str) -> bool:
-    if feature not in FEATURES:
-        raise ValueError(f"unknown feature {feature!r}; expected one of {sorted(FEATURES)}")
-    if not has_gpu():
-        return False
-    d = device_summary()
-    cc = (d["major"], d["minor"])
-    if feature in ("wgmma", "setmaxnreg"):
-        return cc == (9, 0)  # arch-specific 'a' features exist on sm_90a only
+def arch_cc(arch: str) -> tuple[int, int]:
+    """'sm_90a' -> (9, 0)."""
+    m = _ARCH_RE.fullmatch(arch)
+    if not m:
+        raise ValueError(f"expected an arch like 'sm_80' or 'sm_90a', got {arch!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def arch_has(arch: str, feature: str) -> bool:
+    """Whether a GPU of ``arch`` has ``feature`` (a capability question, not a build target's)."""
+    check_feature(feature)
+    cc = arch_cc(arch)
+    if feature in ARCH_SPECIFIC:
+        return cc == (9, 0)
     return cc >= FEATURES[feature]
 
 
-def require(feature: str) -> None:
+def check_feature(feature: str) -> None:
+    if feature not in FEATURES:
+        raise ValueError(f"unknown feature {feature!r}; expected one of {sorted(FEATURES)}")
+
+
+@functools.lru_cache(maxsize=None)
+def emulated_arch() -> str | None:
+    """The arch ``BOOK_ARCH`` asks to emulate, or None. Read once: a process builds for one arch."""
+    value = os.environ.get(ARCH_ENV, "").strip()
+    if not value:
+        return None
+    if value not in EMULABLE_ARCHS:
+        raise ValueError(f"{ARCH_ENV}={value!r} is not an arch this book emulates; "
+                         f"expected one of {', '.join(EMULABLE_ARCHS)} (or unset)")
+    return value
+
+
+def device_arch() -> str:
+    """'sm_XY' of device 0 (needs a GPU)."""
+    d = device_summary()
+    return f"sm_{d['major']}{d['minor']}"
+
+
+def supports(feature: str) -> bool:
+    """Whether this machine's GPU has ``feature`` (and, under ``BOOK_ARCH``, the emulated arch too)."""
+    check_feature(feature)
+    if not has_gpu():
+        return False
+    emulated = emulated_arch()
+    return arch_has(device_arch(), feature) and (emulated is None or arch_has(emulated, feature))
+
+
+def missing_features(features) -> list[str]:
+    """Those of ``features`` this machine lacks, in the order given."""
+    return [f for f in features if not supports(f)]
+
+
+def machine_label() -> str:
+    """'NVIDIA A100 (sm_80)', 'NVIDIA H200 emulating sm_80 (BOOK_ARCH=sm_80)', 'this machine (no GPU)'."""
+    if not has_gpu():
+        return "this machine (no GPU)"
+    name, emulated = device_summary()["name"], emulated_arch()
+    if emulated:
+        return f"{name} emulating {emulated} ({ARCH_ENV}={emulated})"
+    return f"{name} ({device_arch()})"
+
+
+def lacks_sentence(missing, needed_by: str = "this cell") -> str:
+    """'this cell needs clusters, which NVIDIA H200 emulating sm_80 (BOOK_ARCH=sm_80) lacks'."""
+    return f"{needed_by} needs {', '.join(missing)}, which {machine_label()} lacks"
+
+
+def require(*features: str, needed_by: str = "this cell") -> None:
+    """Raise :class:`MissingFeature` (one line in Jupyter) unless the GPU has every feature."""
     require_gpu()
-    if not supports(feature):
-        d = device_summary()
-        raise MissingFeature(f"this cell needs {feature}, which {d['name']} (sm_{d['major']}{d['minor']}) lacks")
+    missing = missing_features(features)
+    if missing:
+        raise MissingFeature(lacks_sentence(missing, needed_by))

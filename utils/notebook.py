@@ -3,21 +3,20 @@ from __future__ import annotations
 
 import os
 
-from .gpu import MissingFeature, device_summary, gpu_slug, has_gpu, require_gpu, supports  # noqa: F401
+from .gpu import MissingFeature, gpu_slug, lacks_sentence, missing_features, require_gpu  # noqa: F401
 from .record import Record
 
 
 def requires_magic(line: str, cell: str):
     """``%%requires FEATURE [FEATURE...]``: run the cell only where the GPU has the features.
 
-    Where it lacks one, print one line and skip the cell, so an A100 reader sees no traceback.
+    Where it lacks one, print one line and skip the cell, so an A100 reader sees no traceback:
+    "skipped: this cell needs clusters, which NVIDIA H200 emulating sm_80 (BOOK_ARCH=sm_80) lacks."
     """
     from IPython import get_ipython
-    feats = line.split()
-    missing = [f for f in feats if not supports(f)]
+    missing = missing_features(line.split())
     if missing:
-        where = device_summary()["name"] if has_gpu() else "this machine (no GPU)"
-        print(f"skipped: this cell needs {', '.join(missing)}, which {where} lacks.")
+        print(f"skipped: {lacks_sentence(missing)}.")
         return
     result = get_ipython().run_cell(cell)
     result.raise_error()

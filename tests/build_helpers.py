@@ -1,0 +1,75 @@
+"""Helpers for the build tests: a scratch kernels/ dir with its own disk cache, BOOK_ARCH emulation, a
+fake GPU. Plain functions taking pytest's ``monkeypatch``, so every change is undone after the test."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+import utils.build as b
+import utils.gpu as gpu
+
+# A CuTe kernel for the nvcc + CUTLASS include path tests (CPU build, GPU run).
+CUTE_SMOKE = """#include <cute/tensor.hpp>
+// A 32x32 transpose through shared memory, addressed by a CuTe layout with a padded row (33 floats).
+extern "C" __global__ void cute_smoke_transpose(const float* x, float* y) {
+  using namespace cute;
+  __shared__ float tile[32 * 33];   // [32, 32 + 1] floats in smem
+  auto layout = make_layout(make_shape(Int<32>{}, Int<32>{}), make_stride(Int<33>{}, Int<1>{}));
+  Tensor s = make_tensor(make_smem_ptr(tile), layout);
+  int r = threadIdx.y, c = threadIdx.x;
+  s(r, c) = x[r * 32 + c];
+  __syncthreads();
+  y[r * 32 + c] = s(c, r);
+}
+"""
+
+
+def scratch_kernels(monkeypatch, tmp_path: Path) -> Path:
+    """Point utils.build at ``tmp_path/kernels`` (with an include/ dir) and an empty disk cache, with
+    nothing held in memory; returns the kernels dir."""
+    kernels = tmp_path / "kernels"
+    (kernels / "include").mkdir(parents=True)
+    monkeypatch.setattr(b, "KERNELS", kernels)
+    monkeypatch.setattr(b, "INCLUDE", kernels / "include")
+    monkeypatch.setattr(b, "REPO", tmp_path)
+    monkeypatch.setenv(b.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(b.COMPILE_LOG_ENV, raising=False)
+    b.clear_memory_cache()
+    return kernels
+
+
+def emulating(monkeypatch, arch: str | None) -> None:
+    """Run the rest of the test as a process started with BOOK_ARCH=arch (None: unset). The variable
+    is read once per process, so the test gets a fresh reader; the process's own comes back after."""
+    if arch is None:
+        monkeypatch.delenv(gpu.ARCH_ENV, raising=False)
+    else:
+        monkeypatch.setenv(gpu.ARCH_ENV, arch)
+    monkeypatch.setattr(gpu, "emulated_arch", functools.cache(gpu.emulated_arch.__wrapped__))
+
+
+def fake_gpu(monkeypatch, name: str = "NVIDIA H200", cc: tuple[int, int] = (9, 0)) -> None:
+    """A GPU as utils.gpu sees it, without CuPy: has_gpu, require_gpu and device_summary."""
+    summary = {"name": name, "cc": f"{cc[0]}.{cc[1]}", "major": cc[0], "minor": cc[1],
+               "emulated_arch": gpu.emulated_arch()}
+    monkeypatch.setattr(gpu, "has_gpu", lambda: True)
+    monkeypatch.setattr(gpu, "require_gpu", lambda: None)
+    monkeypatch.setattr(gpu, "device_summary", lambda: summary)
+
+
+def nvcc_or_skip() -> str:
+    """nvcc, or skip the test saying what is missing."""
+    try:
+        return b.find_nvcc()
+    except b.ToolchainMissing as e:
+        pytest.skip(str(e))
+
+
+def cutlass_or_skip() -> tuple[str, str]:
+    """The CUTLASS include dirs, or skip the test saying what is missing."""
+    try:
+        return b.cutlass_include_dirs()
+    except b.ToolchainMissing as e:
+        pytest.skip(str(e))
