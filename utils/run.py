@@ -4,7 +4,8 @@
     python -m utils.run --all              # every notebook in chapters/
     python -m utils.run chapters/04-memory-hierarchy.ipynb ...
     python -m utils.run --stale --budget-s 540   # stop starting notebooks after 9 minutes
-    python -m utils.run --stale --allow-errors   # first run of new code: every failing cell, no stamps
+    python -m utils.run --stale --allow-errors   # first run of new code: every failing cell shown
+                                                 # (a notebook with any error is not stamped)
     BOOK_ARCH=sm_80 python -m utils.run --toc --scratch /tmp/ampere   # the A100 reader's pass: copies in
                                                  # /tmp/ampere, never stamped; counts tracebacks and skip lines
 
@@ -66,7 +67,7 @@ def execute(path: Path, cell_timeout: int = 600, allow_errors: bool = False,
     """Run one notebook top to bottom with nbclient; stamp it on success. Returns (ok, wall_s, error).
 
     With allow_errors every cell runs even after one fails (a diagnostic pass on a first run: one
-    call shows every failure); such a notebook is never stamped. With ``scratch`` (a folder) the
+    call shows every failure); a notebook with any error output is not stamped. With ``scratch`` (a folder) the
     executed copy is written there, never stamped, its record goes to ``scratch/results``, and the
     message counts its error outputs and skip lines: the repository is left as it was.
     """
@@ -173,6 +174,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from .gpu import require_gpu
     require_gpu()
+    if os.environ.get("BOOK_ARCH") and args.scratch is None:
+        ap.error("BOOK_ARCH emulates another GPU: such a run must not overwrite or stamp the book's notebooks; "
+                 "pass --scratch DIR")
     if args.notebooks:
         todo = [p.resolve() for p in args.notebooks]
     elif args.all:
