@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tests.fakes import FakeDeviceArray
-from utils.ops import Version, expect_array, registry
+from utils.ops import expect_array
 from utils.show import SnippetError, snippets
 
 
@@ -36,13 +36,6 @@ def test_expect_array_accepts_good_input():
 def test_expect_array_rejects_with_clear_message(x, kw, msg):
     with pytest.raises(ValueError, match=msg):
         expect_array(x, "x", **kw)
-
-
-def test_registry_rejects_duplicate_labels():
-    v = Version("k", "v1", lambda: None, "idea")
-    assert list(registry(v)) == ["v1"]
-    with pytest.raises(ValueError, match="duplicate"):
-        registry(v, v)
 
 
 def test_bench_helper_kernels_compile():

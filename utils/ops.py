@@ -1,13 +1,12 @@
-"""What every kernels/<op>.py shares: input validation for launchers and the version registry.
+"""What every kernels/<op>.py shares: input validation for the ops' ``problem`` functions.
+
+The version model itself (Version, Registry, Launch) is :mod:`utils.version`.
 
 CuPy checks no kernel argument itself: a wrong dtype or a strided view is read as raw bytes. Every
 launcher therefore calls :func:`expect_array` on each argument and gets a ValueError that says what
 was expected and what came.
 """
 from __future__ import annotations
-
-import dataclasses
-from typing import Callable
 
 import numpy as np
 
@@ -66,22 +65,3 @@ def expect_same_device(*arrays) -> None:
     devs = {getattr(getattr(a, "device", None), "id", None) for a in arrays}
     if len(devs) > 1:
         raise ValueError(f"all arrays must live on one device, got devices {sorted(map(str, devs))}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Version:
-    """One numbered kernel version: its kernel name, a short label, the launcher and the idea it adds."""
-    kernel: str            # extern "C" name in the .cu, e.g. transpose_v2_smem_padded
-    label: str             # short label for tables and plots, e.g. "v2 smem+pad"
-    launch: Callable
-    idea: str              # one line: what it changes against the version before
-
-
-def registry(*versions: Version) -> dict[str, Version]:
-    """Versions by label, in order; labels must be unique."""
-    out: dict[str, Version] = {}
-    for v in versions:
-        if v.label in out:
-            raise ValueError(f"duplicate version label {v.label!r}")
-        out[v.label] = v
-    return out
