@@ -18,7 +18,6 @@ def test_pointer_chase_ends_where_the_cycle_says(ws):
 
 @pytest.mark.parametrize("stride", [1, 2, 3, 8, 33])
 def test_strided_copy(stride):
-    import cupy
     from kernels import memory as M
     from utils.check import assert_close, poisoned
     from utils.arrays import random_normal
