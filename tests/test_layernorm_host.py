@@ -473,3 +473,51 @@ def test_resources_report_the_spilling_instance_and_skip_what_a_version_cannot_t
     assert L.resources("layernorm", "v3_vec16", 4, 1001, "float32") is None     # n % 4 != 0
     table = L.resource_table([("layernorm", "v3_vec16")], [(4, 1001), (8192, 1024)], ["float32"])
     assert len(table.rows) == 1 and table.rows[0][3] == "8192x1024"
+
+
+# --- the record: every version's config lands in the JSON file ------------------------------------
+
+class FillableFake(FakeDeviceArray):
+    """A fake output the ladder can poison before a timing."""
+
+    def fill(self, value):
+        pass
+
+
+CHAPTER_SHAPES = [(8192, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (128, 262144)]
+
+
+@pytest.mark.parametrize("op", list(L.VERSIONS))
+def test_every_version_config_is_saved_in_the_json_record(op, tmp_path, monkeypatch):
+    """utils.ladder's Ladder.time records each version's config (a Layout) in the entry and the Record
+    saves the file as JSON: drive that path for every version on the chapter's shapes with the GPU parts
+    (binding, timing) stubbed, and read the configs back from the file."""
+    import json
+
+    import utils.bench
+    import utils.version
+    from utils.ladder import Case, Ladder
+    from utils.record import Record
+    from utils.stats import Timing
+    monkeypatch.setattr(utils.bench, "bench", lambda fn, **kw: Timing(1.0, 0.9, 1.1, 10))
+    monkeypatch.setattr(utils.version.Version, "bind", lambda self, *a, config=None, **kw: lambda: None)
+    bf16()                       # imports ml_dtypes, which gives NumPy the dtype name 'bfloat16'
+
+    def make(shape, dtype, rng):
+        args = arrays(op, *shape, dtype)
+        return Case((*args[:-1], FillableFake(args[-1].shape, args[-1].dtype)), outputs=(len(args) - 1,))
+
+    rec = Record("07-layernorm", gpu="cpu-test", root=tmp_path)
+    lad = Ladder(rec, L.VERSIONS[op], shapes=CHAPTER_SHAPES, dtypes=["float32", "bfloat16"], make=make,
+                 reference=lambda case: None, nbytes=lambda shape, dt: L.nbytes(*shape, np.dtype(dt).itemsize, op),
+                 seed=SEED)
+    timed = {label: lad.time(label) for label in L.VERSIONS[op]}
+    saved = json.loads(rec.path.read_text())["entries"]
+    assert len(saved) == sum(map(len, timed.values())) == len(rec.entries) > 0
+    for e in saved:
+        v = L.VERSIONS[op][e["impl"]]
+        lay = v.resolve_config(L.shape_problem(op, *e["shape"], e["dtype"]))
+        if lay is None:
+            assert e["config"] is None and e["impl"] == "v0_naive"
+        else:
+            assert L.Layout(**e["config"]) == lay, (e["impl"], e["shape"], e["dtype"], e["config"])

@@ -173,6 +173,12 @@ class Layout:
     items: int
     cluster: int = 1
 
+    def _asdict(self) -> dict:
+        """The fields by name, as a named tuple gives them: the ladder records a version's config
+        through ``_asdict`` (the named-tuple protocol), so a Layout lands in the JSON record as
+        ``{"tpr": ..., "threads": ..., "items": ..., "cluster": ...}``."""
+        return dataclasses.asdict(self)
+
     @property
     def capacity(self) -> int:
         """The longest row this layout holds in registers."""
