@@ -632,15 +632,15 @@ def torch_inputs(op: str, case) -> list:
 
 
 def torch_peer(op: str, chain, compile_seconds: dict | None = None, name: str = ""):
-    """A ladder peer factory running ``chain`` (torch tensors in, tensors out) on a case's inputs and handing
-    back CuPy views of its outputs. With ``compile_seconds`` (a dict) the chain runs under torch.compile
-    (dynamic=False: this one shape), compiled by a first call outside the timing, its seconds recorded."""
+    """A ladder peer factory running ``chain`` (torch tensors in, tensors out) on a case's inputs. It returns
+    the torch tensors as they come: the ladder views them as CuPy arrays only in its check, after timing,
+    so no conversion's host cost lands inside a short peer's timed call. With ``compile_seconds`` (a dict)
+    the chain runs under torch.compile (dynamic=False: this one shape), compiled by a first call outside
+    the timing, its seconds recorded."""
     def factory(case):
         import time
 
         import torch
-
-        from utils.arrays import from_torch
         fn, ts = chain, torch_inputs(op, case)
         if compile_seconds is not None:
             fn = torch.compile(chain, dynamic=False)
@@ -650,8 +650,7 @@ def torch_peer(op: str, chain, compile_seconds: dict | None = None, name: str = 
             compile_seconds[name or op] = time.perf_counter() - t0
 
         def run():
-            out = fn(*ts)
-            return tuple(from_torch(t) for t in out) if isinstance(out, tuple) else from_torch(out)
+            return fn(*ts)
         return run
     return factory
 
