@@ -825,12 +825,12 @@ def reference_of(op: str, args: tuple):
 
 
 def torch_peers(op: str, compiled: bool = True) -> dict:
-    """The peers of the chapter's ladder: {name: factory(case) -> callable returning the output}:
+    """The peers of the chapter's ladder: {name: factory(case) -> callable returning the output tensor}:
     torch.nn.functional.layer_norm / rms_norm, eager and (``compiled``) torch.compile(dynamic=False),
     on the case's own memory (zero copy)."""
     import torch
     import torch._dynamo
-    from utils.arrays import as_torch, from_torch
+    from utils.arrays import as_torch
     for name in ("recompile_limit", "cache_size_limit"):      # 10 fixed shapes per op, one compile each
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, 64)
@@ -847,7 +847,7 @@ def torch_peers(op: str, compiled: bool = True) -> dict:
             b = as_torch(case.args[2]) if op == "layernorm" else None
             fn = eager(int(x.shape[1]))
             fn = torch.compile(fn, dynamic=False) if compile_it else fn
-            return lambda: from_torch(fn(x, w, b))
+            return lambda: fn(x, w, b)       # a torch tensor: the ladder views it as CuPy after timing
         return make
     out = {f"torch.{fname}": factory(False)}
     if compiled:
