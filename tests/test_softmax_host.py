@@ -411,10 +411,14 @@ def test_v11_arrives_relaxed_once_and_waits_after_the_stores():
 @pytest.mark.parametrize("label", ["v5_block_raw", "v6_cluster_raw"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_every_extra_instance_fits_one_chapter_shape(dtype, label):
-    # the notebook re-times each extra on the first chapter shape it holds within a factor 2
+    # the notebook re-times each extra on the first chapter shape it holds within a factor 2, in its own
+    # dtype only: an extra is instantiated for one dtype (the other's configs do not list it)
+    v = S.VERSIONS[label]
     for cfg in S.EXTRAS[label][dtype.name]:
         cap = S.capacity(label, cfg, dtype)
-        assert any(c <= cap < 2 * c for _, c in TARGETS), (label, cfg, cap)
+        shape = next((s for s in TARGETS if s[1] <= cap < 2 * s[1]), None)
+        assert shape is not None, (label, cfg, cap)
+        assert v.supports(problem(*shape, dtype), cfg), (label, cfg, shape)
 
 
 @pytest.mark.parametrize("label", TUNABLE)
@@ -446,3 +450,64 @@ def test_every_plan_gives_every_row_to_some_block(dtype, label):
                     assert 1 <= ln.grid[0] // ln.cluster <= rows and ln.persistent
                 else:
                     assert ln.grid[0] == rows, (cfg, rows, ln.grid)
+
+
+# --- softmax(): the dispatcher's choice planned and loaded once per shape -----------------------------------
+
+@pytest.fixture
+def recorded_launches(monkeypatch):
+    """softmax() on a CPU: fake arrays (out= given, so cupy is only imported), no GPU checks, and kernels
+    that record their loads and launches. Returns (loads, launches); the dispatch table starts and ends empty."""
+    import sys
+    import types
+
+    import utils.gpu
+    from utils.build import KernelSource
+    monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy") or types.ModuleType("cupy"))
+    monkeypatch.setattr(utils.gpu, "require_gpu", lambda: None)
+    monkeypatch.setattr(utils.gpu, "require", lambda *features, needed_by="": None)
+    loads, launches = [], []
+
+    def launchable(src, name, cluster=1, dynamic_smem=0):
+        loads.append(name)
+        return lambda grid, block, args, shared_mem=0: launches.append((name, grid, block, args, shared_mem))
+
+    monkeypatch.setattr(KernelSource, "launchable", launchable)
+    S.forget_dispatched()
+    yield loads, launches
+    S.forget_dispatched()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_softmax_plans_once_per_shape_and_launches_each_calls_arrays(recorded_launches, dtype):
+    loads, launches = recorded_launches
+    for n, (rows, cols) in enumerate(TARGETS):
+        for i in range(3):                      # three pairs of arrays of one shape
+            ptr = 0x1000000 * (1 + 8 * n + 2 * i)
+            x = FakeDeviceArray((rows, cols), dtype, ptr=ptr)
+            y = FakeDeviceArray((rows, cols), dtype, ptr=ptr + 0x800000)
+            assert S.softmax(x, out=y) is y
+            (ln,) = S.VERSIONS[S.dispatch(rows, cols, dtype)].launches(S.problem(x, y))
+            assert launches[-1] == (ln.kernel, ln.grid, ln.block, ln.args, ln.smem), (rows, cols, i)
+            assert launches[-1][3][:2] == (x, y)
+        assert len(loads) == n + 1, (rows, cols, loads)   # one kernel load per shape, not per call
+    S.forget_dispatched()
+    x = FakeDeviceArray(TARGETS[0], dtype)
+    S.softmax(x, out=FakeDeviceArray(TARGETS[0], dtype, ptr=0x20000))
+    assert len(loads) == len(TARGETS) + 1                # forgotten: planned and loaded again
+
+
+def test_softmax_validates_every_call(recorded_launches):
+    x = FakeDeviceArray((37, 1000), np.float32)
+    S.softmax(x, out=FakeDeviceArray((37, 1000), np.float32, ptr=0x20000))
+    with pytest.raises(ValueError, match=r"expected shape \(37, 1000\)"):
+        S.softmax(x, out=FakeDeviceArray((1000, 37), np.float32, ptr=0x20000))
+    with pytest.raises(ValueError, match="aligned"):
+        S.softmax(x, out=FakeDeviceArray((37, 1000), np.float32, ptr=0x20004))
+
+
+def test_softmax_leaves_plans_with_workspaces_to_the_version(recorded_launches, monkeypatch):
+    # v0 allocates its m and l per bind: not a plan to keep with slots for the arrays
+    monkeypatch.setattr(S, "dispatch", lambda rows, cols, dtype, has=None: "v0_three_pass")
+    x, y = FakeDeviceArray((37, 1000), np.float32), FakeDeviceArray((37, 1000), np.float32, ptr=0x20000)
+    assert S.dispatched(S.problem(x, y)) == ("v0_three_pass", None)
