@@ -22,13 +22,11 @@ import sys, time
 from kernels import all_sources
 from utils.build import compile_source
 files = set(sys.argv[1:])
+sources = [src for _, _, src in all_sources() if 'kernels/' + src.file in files]   # imports outside the timing
 t0 = time.perf_counter()
-n = 0
-for _, _, src in all_sources():
-    if 'kernels/' + src.file in files:
-        compile_source(src)
-        n += 1
-print(n, time.perf_counter() - t0)
+for src in sources:
+    compile_source(src)
+print('RESULT', len(sources), time.perf_counter() - t0)
 """
 
 
@@ -39,10 +37,13 @@ def compiled_files(notebook: Path) -> list[str]:
 
 def timed_compile(files: list[str], cache: str) -> tuple[int, float]:
     import os
-    env = {**os.environ, "BOOK_CACHE_DIR": cache, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", COMPILE, *files], capture_output=True, text=True, env=env,
-                         cwd=REPO, check=True).stdout.split()
-    return int(out[-2]), float(out[-1])
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "BOOK_CACHE_DIR": cache, "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, "-c", COMPILE, *files], capture_output=True, text=True, env=env, cwd=REPO)
+    result = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not result:
+        raise RuntimeError(f"compiling {files} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    return int(result[-1][1]), float(result[-1][2])
 
 
 def main(argv: list[str]) -> int:

@@ -181,3 +181,28 @@ def test_expect_only_notes_a_failed_judgement_on_another_gpu(monkeypatch, capsys
     monkeypatch.setattr("utils.prose.on_book_gpu", lambda: False)
     expect(False, "v9 misses its prediction")
     assert "on this GPU it does not hold" in capsys.readouterr().out
+
+
+def test_expect_notes_instead_of_raising_under_emulation(monkeypatch):
+    import utils.gpu
+    from utils.prose import on_book_gpu
+    monkeypatch.setattr(utils.gpu, "has_gpu", lambda: True)
+    monkeypatch.setattr(utils.gpu, "device_summary", lambda: {"name": "NVIDIA H200", "emulated_arch": None})
+    assert on_book_gpu()
+    monkeypatch.setattr(utils.gpu, "device_summary", lambda: {"name": "NVIDIA H200", "emulated_arch": "sm_80"})
+    assert not on_book_gpu()
+    monkeypatch.setattr(utils.gpu, "device_summary", lambda: {"name": "NVIDIA A100-SXM4-80GB", "emulated_arch": None})
+    assert not on_book_gpu()
+
+
+def test_configs_are_recorded_as_json_whether_named_tuples_or_dataclasses():
+    import json
+
+    from utils.ladder import jsonable_config
+
+    @dataclasses.dataclass(frozen=True)
+    class Layout:
+        tpr: int
+        threads: int
+    assert json.dumps(jsonable_config(Cfg(4, np.int64(8)))) == '{"threads": 4, "items": 8}'
+    assert json.dumps(jsonable_config(Layout(2, 256))) == '{"tpr": 2, "threads": 256}'

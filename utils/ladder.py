@@ -183,7 +183,7 @@ class Ladder:
                 entries.append(self.rec.time(
                     self.registry.op, impl or v.label, run, dtype=dn, shape=shape, **self.cost(shape, dn),
                     check=lambda case=case, ref=ref, dn=dn, what=what: self._assert(case, ref, dn, what),
-                    extra={"config": _jsonable(v.resolve_config(problem, config)), **(extra or {})},
+                    extra={"config": jsonable_config(v.resolve_config(problem, config)), **(extra or {})},
                     **self.bench))
         return entries
 
@@ -360,13 +360,16 @@ def peer_output(out):
     return out
 
 
-def _jsonable(config):
+def jsonable_config(config):
+    """A version's config as JSON-ready values (named tuples and dataclasses become dicts of their fields)."""
     if config is None:
         return None
     if hasattr(config, "_asdict"):
-        return {k: _jsonable(v) for k, v in config._asdict().items()}
+        return {k: jsonable_config(v) for k, v in config._asdict().items()}
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {k: jsonable_config(v) for k, v in dataclasses.asdict(config).items()}
     if isinstance(config, (tuple, list)):
-        return [_jsonable(c) for c in config]
+        return [jsonable_config(c) for c in config]
     if isinstance(config, (np.integer, np.floating)):
         return config.item()
     return config
