@@ -18,7 +18,7 @@ def test_build_load_run_and_recompile(tmp_path, monkeypatch):
                  '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.f * x[i]; }\n')
     src = b.KernelSource("scale.cu")
     n = 1000 + 37
-    x = cupy.random.standard_normal(n, dtype=cupy.float32)
+    x = cupy.random.RandomState(1037).standard_normal(n, dtype=cupy.float32)   # seeded: 1037
     y = cupy.full(n, np.nan, dtype=cupy.float32)
     src.function("scale")(((n + 255) // 256,), (256,), (x, y, np.int32(n)))
     from utils.check import assert_close
