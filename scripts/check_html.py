@@ -29,6 +29,9 @@ with networking to anything else cut off (a dead proxy); then
   * the page's Chinese text is drawn with a font that has the glyphs: each of up to 40 distinct
     CJK characters of the page, drawn on a canvas in the page's own font stack, must differ from
     the missing-glyph box (U+FFFF); without a CJK font every one of them is that box;
+  * every code listing longer than FOLD_OVER lines is folded by _static/book.js (its height cut,
+    a "展开全部 N 行" toggle after it) and the toggle unfolds it; every run stamp (a stream output
+    that starts with "run on ") wraps inside its box instead of being cut;
   * the search page finds pages for 寄存器, 量化 and 共享内存;
   * full-page screenshots of chapters 2, 6 and 9 and of the results page are saved, in pieces of
     at most 4000 px, to <build>/../screenshots/ (--screenshots DIR elsewhere; --all-screenshots
@@ -610,6 +613,41 @@ LAYOUT_PROBE = r"""
 })()
 """
 
+# Runs in the page after LAYOUT_PROBE: are long listings folded by _static/book.js, does the toggle
+# unfold and fold them again, and does the run stamp wrap? (Selectors as in book.js; the line
+# count is the probe's own, so a listing the script forgets is found.)
+FOLD_OVER = 40
+FOLD_PROBE = r"""
+(() => {
+  const col = document.querySelector("article.bd-article") || document.body;
+  const lines = pre => { const t = pre.textContent.replace(/\n$/, "");
+                         return t === "" ? 0 : t.split("\n").length; };
+  const head = pre => pre.textContent.trim().split("\n")[0].slice(0, 50);
+  const listings = Array.from(col.querySelectorAll(
+    "div[class*='highlight-']:not(.output) > div.highlight > pre")).filter(p => lines(p) > __OVER__);
+  const unfolded = [], noToggle = [], badToggle = [];
+  for (const pre of listings) {
+    const box = pre.parentElement, button = box.nextElementSibling;
+    const isToggle = button && button.classList.contains("book-fold-toggle");
+    if (!isToggle) { noToggle.push(head(pre)); continue; }
+    if (!(pre.clientHeight < pre.scrollHeight - 1)) { unfolded.push(head(pre)); continue; }
+    const folded = pre.clientHeight;
+    button.click();
+    const open = pre.clientHeight >= pre.scrollHeight - 1 && button.textContent === "收起";
+    button.click();
+    if (!open || pre.clientHeight !== folded || !/^展开全部 \d+ 行$/.test(button.textContent))
+      badToggle.push(head(pre));
+  }
+  const stamps = Array.from(col.querySelectorAll("div.output.stream pre"))
+                      .filter(pre => pre.textContent.startsWith("run on "));
+  const cutStamps = stamps.filter(pre => getComputedStyle(pre).whiteSpace !== "pre-wrap"
+                                         || pre.scrollWidth > pre.clientWidth + 1)
+                          .map(head);
+  return JSON.stringify({long: listings.length, noToggle, unfolded, badToggle,
+                         stamps: stamps.length, cutStamps});
+})()
+""".replace("__OVER__", str(FOLD_OVER))
+
 # Runs on search.html?q=WORD: waits for Sphinx's search to list results, returns how many.
 SEARCH_PROBE = r"""
 (async () => {
@@ -693,7 +731,7 @@ def browser_checks(build: Path, pages: list[Path], parsed: dict[Path, PageParser
                    timeout: float, shots: Path, every_page_shot: bool) -> list[str]:
     problems: list[str] = []
     log_path = Path(tempfile.mkstemp(prefix="check_html_chromium_", suffix=".log")[1])
-    n_loaded = n_math = n_mermaid = n_cjk = n_shots = 0
+    n_loaded = n_math = n_mermaid = n_cjk = n_shots = n_folded = n_stamps = 0
     with LocalServer(build) as server:
         browser = Chromium(exe, log_path)
         try:
@@ -721,12 +759,16 @@ def browser_checks(build: Path, pages: list[Path], parsed: dict[Path, PageParser
                         browser, sess, PAGE_PROBE.replace("__TIMEOUT_MS__", str(int(timeout * 1000))),
                         timeout))
                     layout = json.loads(evaluate(browser, sess, LAYOUT_PROBE, timeout))
+                    fold = json.loads(evaluate(browser, sess, FOLD_PROBE, timeout))
                 except RuntimeError as e:
                     problems.append(f"{rel}: {e}")
                     continue
                 evs += list(browser.events())
                 problems += page_problems(rel, pp, info, evs, server.base)
                 problems += layout_problems(rel, layout)
+                problems += fold_problems(rel, fold)
+                n_folded += fold["long"]
+                n_stamps += fold["stamps"]
                 n_math += bool(info["math"])
                 n_mermaid += bool(info["mermaid"])
                 n_cjk += layout["cjkChecked"]
@@ -742,6 +784,8 @@ def browser_checks(build: Path, pages: list[Path], parsed: dict[Path, PageParser
     log_path.unlink(missing_ok=True)
     print(f"browser: {n_loaded} pages loaded; math typeset checked on {n_math}, "
           f"mermaid checked on {n_mermaid}; {n_cjk} CJK characters checked for glyphs; "
+          f"{n_folded} listings over {FOLD_OVER} lines checked folded; {n_stamps} run stamps "
+          "checked wrapped; "
           f"{n_shots} screenshot piece(s) in {shots}")
     return problems
 
@@ -762,6 +806,18 @@ def layout_problems(rel: str, layout: dict) -> list[str]:
         out.append(f"{rel}: {len(layout['tofu'])} of {layout['cjkChecked']} Chinese characters "
                    f"render as missing glyphs ({layout['tofu'][:10]}) in {layout['font']!r}: "
                    "no CJK font (Debian: apt-get install fonts-noto-cjk)")
+    return out
+
+
+def fold_problems(rel: str, fold: dict) -> list[str]:
+    """Long listings that _static/book.js left unfolded or without a working toggle; cut stamps."""
+    out = [f"{rel}: a listing of more than {FOLD_OVER} lines has no fold toggle "
+           f"(_static/book.js not loaded?): {h!r}" for h in fold["noToggle"]]
+    out += [f"{rel}: a listing of more than {FOLD_OVER} lines is not folded: {h!r}"
+            for h in fold["unfolded"]]
+    out += [f"{rel}: the fold toggle does not unfold and fold again the listing {h!r}"
+            for h in fold["badToggle"]]
+    out += [f"{rel}: the run stamp does not wrap inside its box: {h!r}" for h in fold["cutStamps"]]
     return out
 
 

@@ -1,5 +1,6 @@
 """scripts/check_html.py's newer checks: unrendered pipe tables, the Chinese search index, and (in
-headless Chromium, where installed) content wider than the column and CJK text drawn as boxes."""
+headless Chromium, where installed) content wider than the column, CJK text drawn as boxes, and
+long listings folded and the run stamp wrapped by _static/book.js."""
 from __future__ import annotations
 
 import json
@@ -92,8 +93,8 @@ LAYOUT_PAGE = """<html lang="zh-CN"><head><meta charset="utf-8"></head><body sty
 </article></body></html>"""
 
 
-def layout_of(html: str) -> dict:
-    """LAYOUT_PROBE's findings on one page, in headless Chromium (environment inherited)."""
+def layout_of(html: str, probe: str = check_html.LAYOUT_PROBE) -> dict:
+    """PROBE's findings on one page, in headless Chromium (environment inherited)."""
     with tempfile.TemporaryDirectory() as d:
         Path(d, "page.html").write_text(html, encoding="utf-8")
         log = Path(d, "chromium.log")
@@ -105,7 +106,7 @@ def layout_of(html: str) -> dict:
                                     {"targetId": target, "flatten": True})["sessionId"]
                 browser.send("Page.enable", session=sess)
                 assert check_html.load(browser, sess, server.base + "page.html", 30, []) is None
-                return json.loads(check_html.evaluate(browser, sess, check_html.LAYOUT_PROBE, 30))
+                return json.loads(check_html.evaluate(browser, sess, probe, 30))
             finally:
                 browser.close()
 
@@ -118,6 +119,45 @@ def test_overflow_outside_a_scroll_container_is_found():
     assert layout["wide"][0]["px"] == 300, layout
     problems = check_html.layout_problems("page.html", layout)
     assert len(problems) == 1 and "300 px past the 400 px column" in problems[0], problems
+
+
+STATIC = Path(__file__).resolve().parents[1] / "_static"
+STAMP = ("run on NVIDIA H200 (sm 9.0) · driver CUDA 13.0 · runtime 13.2 · NVRTC 13.0 · CuPy 14.2.0 · "
+         "Python 3.12.3 · run 2026-12-01T15:17:48Z")
+
+
+def listing(n_lines: int) -> str:
+    code = "\n".join(f"int line_{i} = {i};" for i in range(n_lines))
+    return f'<div class="highlight-cuda notranslate"><div class="highlight"><pre>{code}\n</pre></div></div>'
+
+
+def fold_page(with_book_assets: bool) -> str:
+    """A column with a long listing, a short one and a run stamp; the book's CSS and JS inlined."""
+    assets = (f"<style>{(STATIC / 'book.css').read_text()}</style>"
+              f"<script>{(STATIC / 'book.js').read_text()}</script>") if with_book_assets else ""
+    return f"""<html lang="zh-CN"><head><meta charset="utf-8"></head><body style="margin:0">
+<article class="bd-article" style="width:400px">
+{listing(check_html.FOLD_OVER + 10)}
+{listing(check_html.FOLD_OVER)}
+<div class="cell_output"><div class="output stream highlight-myst-ansi"><div class="highlight">
+<pre style="overflow-x:auto">{STAMP}\n</pre></div></div></div>
+</article>{assets}</body></html>"""
+
+
+@needs_chromium
+def test_book_js_folds_long_listings_and_wraps_the_stamp():
+    fold = layout_of(fold_page(with_book_assets=True), check_html.FOLD_PROBE)
+    assert fold["long"] == 1 and fold["stamps"] == 1, fold
+    assert check_html.fold_problems("page.html", fold) == [], fold
+
+
+@needs_chromium
+def test_without_book_js_the_fold_check_fails():
+    fold = layout_of(fold_page(with_book_assets=False), check_html.FOLD_PROBE)
+    problems = check_html.fold_problems("page.html", fold)
+    assert len(problems) == 2, problems
+    assert "has no fold toggle" in problems[0] and "int line_0" in problems[0], problems
+    assert "run stamp does not wrap" in problems[1], problems
 
 
 def cjk_font_dirs() -> list[str]:
