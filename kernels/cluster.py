@@ -13,9 +13,9 @@ import dataclasses
 
 import numpy as np
 
+from utils.arrays import xp as array_module
 from utils.build import KernelSource
 from utils.check import CheckFailed, assert_close
-from utils.arrays import xp as array_module
 from utils.ops import expect_array
 from utils.version import Launch, Registry, Version
 
@@ -197,6 +197,58 @@ def check_reduce(out, seed: int, blocks: int, group: int, *, ref=None) -> None:
     assert_close(out, ref, dtype="exact", name=f"cluster reduce (G={blocks}, N={group})")
 
 
+def check_grids(group: int) -> tuple[int, ...]:
+    """The grid sizes every version is checked on for group size N: N, 33 N and 528 (4 waves' worth on an
+    H200, a multiple of every compiled N)."""
+    return (int(group), 33 * int(group), 528)
+
+
+def check_versions(rng) -> int:
+    """Run every version at every compiled N on each of :func:`check_grids`, each with a fresh seed from
+    ``rng`` and a poisoned output, against the NumPy reference (bit for bit). Returns the cases checked."""
+    cases = 0
+    for n in CLUSTER_SIZES:
+        for g in check_grids(n):
+            seed = int(rng.integers(1, 2**32 - 1))
+            ref = reduce_ref(seed, g, n)                           # NumPy, uint32 arithmetic
+            for v in VERSIONS.values():
+                bufs = make_buffers(g, n)                          # out is poisoned (0xFFFFFFFF)
+                v(bufs, seed)
+                check_reduce(bufs.out, seed, g, n, ref=ref)
+                cases += 1
+    return cases
+
+
+def time_exchanges(rec, sizes, rng, *, reps: int = 20) -> None:
+    """Time every version at every (G in ``sizes``, N) as a CUDA graph of ``reps`` back-to-back exchanges,
+    replayed by ``bench`` and divided by ``reps``; the output is poisoned before capture and checked exactly
+    after timing. Records op ``cluster_reduce``, shape (G, TILE, N), us per exchange."""
+    import cupy
+    from tqdm.auto import tqdm
+
+    from kernels.launch import capture_graph
+    from utils.bench import bench
+    cap = cupy.cuda.Stream(non_blocking=True)      # graphs are captured here, replayed on the current stream
+    for g in sizes:
+        seed = int(rng.integers(1, 2**32 - 1))
+        tiles = partial_tiles(seed, g)                # NumPy reference of every block's tile
+        for n in tqdm(CLUSTER_SIZES, desc=f"G = {g}", leave=False):
+            ref = cupy.asarray(tiles.reshape(g // n, n, TILE).sum(axis=1, dtype=np.uint32))
+            for v in VERSIONS.values():
+                bufs = make_buffers(g, n)
+                run = v.bind(bufs, seed)              # validate, plan and load outside the graph
+                run()
+                bufs.out.fill(np.uint32(0xFFFFFFFF))  # poison again: the replays must write it
+                graph = capture_graph(run, reps, cap)
+                name = f"{v.label} G={g} N={n}"
+                t = bench(graph.launch, target_ms=100,
+                          check=lambda out=bufs.out, ref=ref, name=name: assert_close(out, ref, dtype="exact",
+                                                                                      name=name))
+                rec.add("cluster_reduce", v.label, dtype="uint32", shape=(g, TILE, n), ms=t.ms / reps,
+                        metric_name="us", p10_ms=t.p10 / reps, p90_ms=t.p90 / reps, reps=t.n,
+                        exchanges_per_replay=reps, global_bytes=global_bytes(f"v{v.number}", g, n))
+
+
 # --- who is in which cluster ----------------------------------------------------------------------------
 
 CLUSTER_WHOAMI_FIELDS = ("block", "rank", "cluster", "cluster_size", "smid")
@@ -227,6 +279,31 @@ def check_cluster_whoami(table, sms: int) -> None:
         raise CheckFailed(f"cluster whoami: smid outside [0, {sms})")
 
 
+# the exchange versions other than v1 (the last block finishes the sum, which costs it a serial tail)
+NOT_LASTBLOCK = ("v0_global_2launch", "v2_cluster_global", "v3_cluster_dsmem")
+
+
+def clusters_sharing_an_sm(table) -> int:
+    """On a cluster_whoami table: how many clusters put two or more of their blocks on one SM."""
+    t = np.asarray(table.get() if hasattr(table, "get") else table)
+    clusters = t.shape[0] // WHOAMI_CLUSTER
+    return sum(len(set(t[t[:, 2] == c, 4].tolist())) < WHOAMI_CLUSTER for c in range(clusters))
+
+
+def describe_placement(table, shown: int = 4) -> str:
+    """On a checked cluster_whoami table: the SMs of the first ``shown`` clusters' blocks, and how many
+    clusters put two or more of their blocks on one SM."""
+    t = np.asarray(table.get() if hasattr(table, "get") else table)
+    clusters = t.shape[0] // WHOAMI_CLUSTER
+    sms = [t[t[:, 2] == c, 4].tolist() for c in range(clusters)]
+    shared = clusters_sharing_an_sm(t)
+    return "\n".join(
+        [(f"rank == blockIdx.x % {WHOAMI_CLUSTER} and cluster id == blockIdx.x // {WHOAMI_CLUSTER} "
+          f"on all {t.shape[0]} blocks")]
+        + [f"  cluster {c}: its blocks (rank 0..{WHOAMI_CLUSTER - 1}) run on SMs {sms[c]}" for c in range(shown)]
+        + [f"{shared} of {clusters} clusters placed two or more of their blocks on the same SM"])
+
+
 # --- how many clusters fit at once: the GPCs seen through the driver -----------------------------------
 
 PROBE_SIZES = tuple(range(1, 17))
@@ -246,6 +323,13 @@ def clusters_at_one_block_per_sm(sizes=PROBE_SIZES, threads: int = THREADS) -> d
     from utils.occupancy import clusters_per_device
     smem = facts().smem_per_block_optin
     return {n: clusters_per_device(SOURCE.function(occupancy_probe_kernel(n)), threads, smem, n) for n in sizes}
+
+
+def occupancy_table(fit: dict, sms: int):
+    """Cluster size -> clusters resident, SMs used and SMs idle (sizes the driver gave no answer for left out)."""
+    from utils.table import Table
+    return Table(["cluster size N", "clusters resident", "SMs used", "SMs idle"],
+                 [(n, k, k * n, sms - k * n) for n, k in fit.items() if k is not None])
 
 
 # --- reading the exchange's record ----------------------------------------------------------------------
@@ -271,6 +355,26 @@ def model_us(version: str, blocks: int, group: int, copy_gbps: float) -> float:
     return global_bytes(version, blocks, group) / (copy_gbps * 1e3)
 
 
+def model_table(blocks: int, copy_gbps: float):
+    """The bytes model of the exchange at G = ``blocks`` for every N: v0-v2 and v3's global bytes and time."""
+    from utils.table import Table
+    g = int(blocks)
+    rows = [[g, n, f"{global_bytes('v0', g, n) / 1e6:.1f}", f"{model_us('v0', g, n, copy_gbps):.1f}",
+             f"{global_bytes('v3', g, n) / 1e6:.1f}", f"{model_us('v3', g, n, copy_gbps):.1f}",
+             f"{model_us('v0', g, n, copy_gbps) / model_us('v3', g, n, copy_gbps):.1f}x"] for n in CLUSTER_SIZES]
+    return Table(["G", "N", "v0-v2 global MB", "v0-v2 model (us)", "v3 global MB", "v3 model (us)", "ratio"], rows,
+                 caption=f"model: bytes / the copy bandwidth measured above ({copy_gbps:,.0f} GB/s); "
+                 "no L2 hits, no fixed costs")
+
+
+def model_ratio_table(big: dict, model: dict, blocks: int):
+    """v0 and v3 against their bytes models: ``big`` N -> {label: us}, ``model`` N -> {"v0", "v3": us}."""
+    from utils.table import Table
+    return Table(["N", "v0 / its bytes model", "v3 / its bytes model"],
+                 [[n, f"{big[n]['v0_global_2launch'] / model[n]['v0']:.2f}x",
+                   f"{big[n]['v3_cluster_dsmem'] / model[n]['v3']:.2f}x"] for n in big], caption=f"G = {blocks}")
+
+
 def exchange_table(times):
     """Per (G, N): every version's time and the two ratios the chapter reads (v0 / v3, v2 / v3)."""
     from utils.table import Table
@@ -282,20 +386,19 @@ def exchange_table(times):
 
 
 def plot_exchange(times):
-    """Bars of every version's time per exchange, one panel per grid size G, one group per N."""
-    import matplotlib.pyplot as plt
+    """Bars of every version's time per exchange, one panel per grid size G (stacked), one group per N."""
+    from utils.plot import figure, version_style
     sizes = sorted({g for g, _ in times})
     groups = sorted({n for _, n in times})
     labels = list(VERSIONS)
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 3.8), squeeze=False)
+    fig, axes = figure(len(sizes), 1, height=2.6)
     width = 0.8 / len(labels)
-    for ax, g in zip(axes[0], sizes):
+    for ax, g in zip(axes[:, 0], sizes):
         for j, lab in enumerate(labels):
             ax.bar(np.arange(len(groups)) + (j - (len(labels) - 1) / 2) * width,
-                   [times[g, n][lab] for n in groups], width, label=lab)
+                   [times[g, n][lab] for n in groups], width, label=lab, color=version_style(j)["color"])
         ax.set_xticks(range(len(groups)), [f"N = {n}" for n in groups])
-        ax.set_ylabel("us per exchange (graph replay)")
-        ax.set_title(f"G = {g} blocks, {g * TILE * 4 / 1e6:.1f} MB of partial tiles")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+        ax.set_ylabel("us per exchange")
+        ax.set_title(f"G = {g} blocks ({g * TILE * 4 / 1e6:.1f} MB of tiles)")
+    axes[0, 0].legend(ncol=2)
     return fig

@@ -682,3 +682,307 @@ def peers(op: str, compile_seconds: dict | None = None) -> dict:
     out["torch.compile"] = torch_peer(op, EAGER_CHAINS[op], {} if compile_seconds is None else compile_seconds)
     out[CUPY_NAMES[op]] = cupy_peer(op)
     return out
+
+
+# --- the chapter's experiments: ladders, ledger tables, issue counts, the GEMM + epilogue, the summary -----
+# The notebook makes one call per experiment and keeps its glue and expect lines; the loops, lookups and
+# table formatting live here. A ladder has one shape and dtype (bf16) per op.
+
+DTYPE = "bfloat16"
+OP_TAG = {"bias_gelu": "bg", "swiglu": "sw", "add_rmsnorm": "rms", "rope": "rope"}     # short glue names
+IMPL_TAG = {"torch.eager": "eager", "torch.compile": "compile", "cupy.ElementwiseKernel": "cupy",
+            "cupy.ReductionKernel+ElementwiseKernel": "cupy", "torch.add+F.rms_norm": "rmsop"}
+
+
+def ladder(rec, op: str, shape, odd_shapes=(), seed: int = 0, compile_seconds: dict | None = None,
+           bench: dict | None = None):
+    """The chapter's :class:`utils.ladder.Ladder` for ``op``: its registry, ``shape`` in bf16, the odd
+    shapes every version is checked on first, the peers (torch.compile's first-call seconds into
+    ``compile_seconds``), inputs, reference and cost model from :func:`ladder_inputs`."""
+    from utils.ladder import Ladder
+    if op not in REGISTRIES:
+        raise ValueError(f"op: expected one of {list(REGISTRIES)}, got {op!r}")
+    return Ladder(rec, REGISTRIES[op], shapes=[tuple(shape)], dtypes=[DTYPE], odd_shapes=odd_shapes,
+                  peers=peers(op, compile_seconds), seed=seed, bench=bench, **ladder_inputs(op))
+
+
+def ledger_table(op: str, shape):
+    """The eager chain of ``op`` at ``shape``, one row per torch kernel (MiB read and written); the caption
+    gives the totals and the predicted speedup of fusion (chain bytes / fused bytes)."""
+    from utils.table import Table
+    lg = LEDGERS[op](*shape)
+    return Table(["op", "read (MiB)", "written (MiB)"],
+                 [(name, f"{r / 2**20:.1f}", f"{w / 2**20:.1f}") for name, r, w in lg["chain"]],
+                 caption=f"{op}: eager chain of {len(lg['chain'])} kernels, {chain_bytes(lg) / 2**20:.0f} MiB; "
+                         f"fused {lg['fused'] / 2**20:.0f} MiB -> predicted speedup {predicted_speedup(lg):.2f}x")
+
+
+def copy_floor_us(op: str, shape, copy_gbps: float) -> tuple[float, float]:
+    """(fused, chain): µs to move the fused kernel's minimal bytes and the eager chain's bytes at the copy
+    rate (GB/s, read + written)."""
+    lg = LEDGERS[op](*shape)
+    return lg["fused"] / (copy_gbps * 1e9) * 1e6, chain_bytes(lg) / (copy_gbps * 1e9) * 1e6
+
+
+def floor_table(shapes: dict, copy_gbps: float):
+    """Per op ({op: shape}): the floor at the copy rate on the fused bytes and on the eager chain's."""
+    from utils.table import Table
+    rows = [(op, *(f"{t:.1f}" for t in copy_floor_us(op, shape, copy_gbps))) for op, shape in shapes.items()]
+    return Table(["op", "floor at the copy rate (µs, fused bytes)", "eager chain at the copy rate (µs)"], rows,
+                 caption=f"device-to-device copy: {copy_gbps:.0f} GB/s")
+
+
+def time_peers(lad, compile_seconds: dict) -> None:
+    """Time the ladder's peers (torch.compile compiles on its first call, outside the timing) and print
+    the seconds that compile took."""
+    lad.time_peers()
+    print(f"torch.compile: first call (compile) {compile_seconds[lad.registry.op]:.1f} s")
+
+
+def fractions(lad, impls=None) -> dict:
+    """{impl: fraction of copy} on the ladder's shape, for the versions and peers timed so far (or ``impls``)."""
+    shape = lad.shapes[0]
+    names = list(impls) if impls is not None else [*lad.registry, *lad.peers]
+    out = {i: lad.fraction_of_copy(i, shape, DTYPE) for i in names}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def ratio(lad, impl: str, over: str) -> float:
+    """metric(impl) / metric(over) on the ladder's shape, same run (the speedup of ``impl``)."""
+    r = lad.ratio(impl, over, lad.shapes[0], DTYPE)
+    if r is None:
+        raise KeyError(f"{lad.registry.op}: {impl} or {over} was not timed in this run")
+    return r
+
+
+def times_us(lad, *impls) -> tuple[float, ...]:
+    """The median µs of each of ``impls`` on the ladder's shape."""
+    out = []
+    for impl in impls:
+        e = lad.entry(impl, lad.shapes[0], DTYPE)
+        if e is None:
+            raise KeyError(f"{lad.registry.op}: {impl} was not timed in this run")
+        out.append(e["ms"] * 1e3)
+    return tuple(out)
+
+
+def impl_figures(lad, impls) -> dict:
+    """{glue name: (value, format)} of each implementation in ``impls`` that was timed: its fraction of
+    copy, µs, and speedups over the eager chain and torch.compile, named ``<op tag>-<impl tag>-frac`` etc.
+    (``bg-v1_vec8-frac``, ``rms-eager-us``)."""
+    shape, op = lad.shapes[0], lad.registry.op
+    out = {}
+    for impl in impls:
+        e = lad.entry(impl, shape, DTYPE)
+        if e is None:
+            continue
+        key = f"{OP_TAG[op]}-{IMPL_TAG.get(impl, impl)}"
+        out[key + "-frac"] = (lad.fraction_of_copy(impl, shape, DTYPE), "{:.1%}")
+        out[key + "-us"] = (e["ms"] * 1e3, "{:.1f}")
+        out[key + "-x-eager"] = (lad.ratio(impl, "torch.eager", shape, DTYPE), "{:.2f}")
+        out[key + "-x-compile"] = (lad.ratio(impl, "torch.compile", shape, DTYPE), "{:.2f}")
+    return out
+
+
+def range_verdict(frac: float, lo: float, hi: float, slack: float = 0.05) -> str:
+    """The prose's verdict (Chinese) on a measured fraction of copy against a predicted range [lo, hi]."""
+    if lo <= frac <= hi:
+        return "落在预测之内"
+    if frac > hi:
+        return "略高于预测的上沿"
+    return "略低于预测的下沿" if frac >= lo - slack else "远低于预测"
+
+
+# --- instruction issue: SASS per element, registers, bytes in flight (bias + GELU) --------------------------
+
+def sass_per_element(kernels) -> dict:
+    """{kernel: SASS instructions per element after its last 16-byte load} (see
+    :func:`sass_instructions_per_element`); empty, with one line printed, where cuobjdump is missing."""
+    from utils.build import sass
+    try:
+        return {k: sass_instructions_per_element(sass(SOURCE, k)) for k in kernels}
+    except FileNotFoundError as exc:                                      # no cuobjdump on this host
+        print(f"SASS not available here ({exc}); skipping the count")
+        return {}
+
+
+def issue_table(per_element: dict, lane_instr_per_s: float, n_elems: int):
+    """Per kernel: SASS per element, per byte moved (4 bytes per output element, 6 for swiglu), and the
+    µs that issuing them takes for ``n_elems`` elements at ``lane_instr_per_s``."""
+    from utils.table import Table
+    rows = []
+    for kname, ipe in per_element.items():
+        nbytes = 6 if kname.startswith("swiglu") else 4                  # bytes moved per output element
+        rows.append((kname, f"{ipe:.1f}", f"{ipe / nbytes:.1f}", f"{n_elems * ipe / lane_instr_per_s * 1e6:.0f}"))
+    return Table(["kernel", "SASS per element", "per byte moved", "issue alone (µs)"], rows,
+                 caption=f"at {lane_instr_per_s / 1e12:.1f} T lane-instructions/s, {n_elems / 1e6:.1f} M elements")
+
+
+@dataclasses.dataclass
+class IssueReport:
+    """{label: (SASS per element, KB of x in flight per SM)} per bias + GELU instance, and the table."""
+    figures: dict
+    table: Any
+
+
+def bias_gelu_issue(erf_rows, lane_instr_per_s: float, n_elems: int, facts=None) -> IssueReport:
+    """bias + GELU v1, v2, v3's layout with erf GELU (config ``erf_rows``, shown as ``v3_erf_rows4``) and v3:
+    SASS per element from the first 16-byte load to the last store (nan without cuobjdump), the µs that
+    issue takes for ``n_elems``, ptxas registers, blocks per SM and KB of x requested per SM before any math."""
+    from utils.build import sass
+    from utils.occupancy import from_function
+    from utils.table import Table
+    kernels = {"v1_vec8": "bias_gelu_v1_vec8", "v2_poly": "bias_gelu_v2_poly",
+               f"v3_erf_rows{erf_rows.rows}": BIAS_GELU_ROWS_KERNELS[erf_rows],
+               "v3_rows": BIAS_GELU_ROWS_KERNELS[BIAS_GELU_V3]}
+    elems = dict(zip(kernels, (8 * UNROLL, 8 * UNROLL, 8 * erf_rows.rows, 8 * BIAS_GELU_V3.rows)))  # per thread
+    rep = SOURCE.ptxas()
+    rows, figures = [], {}
+    for label, kname in kernels.items():
+        try:
+            ipe = sass_span_per_element(sass(SOURCE, kname), elems[label])
+        except FileNotFoundError:                                         # no cuobjdump on this host
+            ipe = float("nan")
+        blocks = from_function(rep[kname], THREADS, 0, facts).blocks
+        in_flight = blocks * THREADS * elems[label] * 2 / 1024          # KB of x requested before any math, per SM
+        rows.append((label, f"{ipe:.1f}", f"{n_elems * ipe / lane_instr_per_s * 1e6:.0f}", rep[kname]["registers"],
+                     blocks, f"{in_flight:.0f}"))
+        figures[label] = (ipe, in_flight)
+    return IssueReport(figures, Table(["version", "SASS per element (first load to last store)", "issue alone (us)",
+                                       "registers", "blocks per SM", "KB of x in flight per SM"], rows))
+
+
+@dataclasses.dataclass
+class RegisterReport:
+    """Threads per block and blocks per SM of every kernel the chapter times, and the table."""
+    threads: dict
+    blocks: dict
+    table: Any
+
+
+def register_report(ladders: dict, facts=None) -> RegisterReport:
+    """Each version of each op ({op: ladder}) planned on its ladder's timing case: the kernel it launches,
+    ptxas registers, threads per block, and the blocks per SM and limiter utils.occupancy derives."""
+    from utils.occupancy import from_function
+    from utils.table import Table
+    rep = SOURCE.ptxas()
+    threads = {}                                  # kernel -> threads per block at the chapter's shapes
+    for op, lad in ladders.items():
+        case = lad.case(lad.shapes[0], DTYPE)[0]
+        for v in REGISTRIES[op].values():
+            (ln,) = v.launches(v.validate(*case.args))
+            threads[ln.kernel] = ln.threads
+    rows, blocks = [], {}
+    for kname, t in threads.items():
+        occ = from_function(rep[kname], t, 0, facts)
+        blocks[kname] = occ.blocks
+        rows.append((kname, rep[kname]["registers"], t, occ.blocks, f"{occ.occupancy_fraction:.0%}", occ.limiter))
+    return RegisterReport(threads, blocks, Table(["kernel", "registers", "threads per block", "blocks per SM",
+                                                  "warp slots used", "limited by"], rows))
+
+
+# --- 8.7: bias + GELU after the GEMM that feeds it ----------------------------------------------------------
+
+MLP_IMPLS = ("cupy.matmul", "cupy.matmul+bias_gelu_v3", "torch.matmul+add+gelu")
+
+
+@dataclasses.dataclass
+class MlpUp:
+    """µs per implementation (MLP_IMPLS), the GEMM's TFLOP/s, and the table."""
+    us: dict
+    tflops: float
+    table: Any
+
+
+def time_mlp_up(rec, M: int, N: int, K: int, seed: int = 88) -> MlpUp:
+    """Time, as op ``mlp_up`` in the record, an [M, K] x [K, N] bf16 GEMM (cupy.matmul: cuBLAS) alone, then
+    followed by bias_gelu_v3 as a separate kernel, and torch's matmul + add + gelu; each checked (64 rows of
+    the GEMM against an fp32 product, the epilogues against the float64 reference of the GEMM's output).
+    The operands are freed before it returns."""
+    import cupy
+
+    from utils.table import Table
+    _record_mlp_up(rec, M, N, K, seed)          # its arrays die with it
+    cupy.get_default_memory_pool().free_all_blocks()
+    us = {impl: rec.get("mlp_up", impl)["ms"] * 1e3 for impl in MLP_IMPLS}
+    t_gemm = us["cupy.matmul"]
+    rows = [(k, f"{v:.1f}", f"+{v / t_gemm - 1:.0%}") for k, v in us.items()]
+    return MlpUp(us, rec.get("mlp_up", "cupy.matmul")["metric"], Table(["impl", "us", "over GEMM alone"], rows))
+
+
+def _record_mlp_up(rec, M: int, N: int, K: int, seed: int) -> None:
+    import cupy
+    import torch
+    import torch.nn.functional as TF
+
+    from utils.arrays import as_torch, from_torch, random_normal
+    from utils.check import assert_close, poisoned
+    rng = np.random.default_rng(seed)
+    a_m, w_m, bias = (random_normal(s, "bfloat16", seed=int(rng.integers(2**31)))[0] for s in ((M, K), (K, N), (N,)))
+    c_m, y_m = cupy.empty((M, N), BF16), poisoned((M, N), BF16)
+    at, wt, bt = as_torch(a_m), as_torch(w_m), as_torch(bias)
+    epilogue = BIAS_GELU["v3_rows"].bind(c_m, bias, y_m)
+    out = {}
+
+    def check_gemm():
+        rows = slice(0, 64)                          # 64 rows of C against an fp32 product
+        assert_close(c_m[rows], a_m[rows].astype(cupy.float32) @ w_m.astype(cupy.float32), dtype="bfloat16",
+                     name="cupy.matmul")
+
+    def gemm_then_fused():
+        cupy.matmul(a_m, w_m, out=c_m)
+        epilogue()
+
+    def gemm_then_eager():
+        out["y"] = TF.gelu(torch.matmul(at, wt) + bt)
+
+    cost = {"dtype": "bfloat16", "shape": (M, N, K), "flops": 2.0 * M * N * K, "nbytes": 2 * (M * K + K * N + M * N)}
+    rec.time("mlp_up", "cupy.matmul", lambda: cupy.matmul(a_m, w_m, out=c_m), is_peer=True, check=check_gemm, **cost)
+    rec.time("mlp_up", "torch.matmul+add+gelu", gemm_then_eager, is_peer=True, **cost,
+             check=lambda: assert_close(from_torch(out["y"]), reference_bias_gelu(c_m, bias), dtype="bfloat16",
+                                        name="torch matmul + add + gelu"))
+    rec.time("mlp_up", "cupy.matmul+bias_gelu_v3", gemm_then_fused, **cost,
+             check=lambda: assert_close(y_m, reference_bias_gelu(c_m, bias), dtype="bfloat16", name="matmul + v3"))
+
+
+# --- 8.8: every op's fastest version against the chapter's lines -------------------------------------------
+
+@dataclasses.dataclass
+class Summary:
+    """Per op: ``best`` (the fastest version), ``frac`` (of copy), ``ratio`` (measured speedup over eager /
+    the ledger's), ``vc`` (over torch.compile), ``excess`` (µs above the copy floor); and the table."""
+    verdict: dict
+    table: Any
+
+
+def summary(ladders: dict, copy_gbps: float, compile_seconds: dict) -> Summary:
+    """Each op's fastest version ({op: ladder}) beside the ledger's prediction, the eager chain,
+    torch.compile and the CuPy route, and its µs above the copy floor of its fused bytes."""
+    from utils.table import Table
+    rows, verdict = [], {}
+    for op, lad in ladders.items():
+        shape = lad.shapes[0]
+        best = lad.best(shape, DTYPE)
+        pred = predicted_speedup(LEDGERS[op](*shape))
+        frac = lad.fraction_of_copy(best, shape, DTYPE)
+        sp, vc = ratio(lad, best, "torch.eager"), ratio(lad, best, "torch.compile")
+        excess = lad.entry(best, shape, DTYPE)["ms"] * 1e3 - copy_floor_us(op, shape, copy_gbps)[0]
+        verdict[op] = {"best": best, "frac": frac, "ratio": sp / pred, "vc": vc, "excess": excess}
+        rows.append((op, best, f"{frac:.1%}", f"{pred:.2f}x", f"{sp:.2f}x", f"{sp / pred:.2f}", f"{vc:.2f}x",
+                     f"{ratio(lad, best, CUPY_NAMES[op]):.2f}x", f"{excess:.1f}", f"{compile_seconds[op]:.1f} s"))
+    return Summary(verdict, Table(["op", "ours (fastest)", "of copy", "predicted speedup over eager", "measured",
+                                   "measured / predicted", "vs torch.compile", "vs CuPy", "us over the copy floor",
+                                   "torch.compile compile time"], rows))
+
+
+def plot_ladders(ladders: dict):
+    """Every op's ladder (one shape each) as one panel of a column-wide figure, one row per op."""
+    from utils.plot import figure
+    sizes = [len(lad.registry) + len(lad.peers) for lad in ladders.values()]
+    heights = [0.19 * n + 0.9 for n in sizes]
+    fig, axes = figure(len(ladders), 1, height=sum(heights) / len(heights),
+                       gridspec_kw={"height_ratios": heights})
+    for ax, (op, lad) in zip(axes[:, 0], ladders.items()):
+        lad.plot(ax=ax, title=op)
+    fig.suptitle("% of copy, on each fused kernel's minimal bytes")
+    return fig

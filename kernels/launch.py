@@ -127,6 +127,83 @@ def pipeline_times(start, marks, ends) -> tuple[float, np.ndarray]:
     return total, rows
 
 
+@dataclasses.dataclass
+class Pipeline:
+    """The stream experiment's buffers and its two measured pieces: one H2D copy and one kernel of a chunk."""
+    h_x: object        # [chunks, n] float32 in pinned host memory
+    d_x: object
+    d_y: object
+    iters: int         # chunk_work's steps, chosen so that a kernel takes about as long as a copy
+    blocks: int
+    copy: dict         # the record's entry of one chunk's H2D copy (op h2d_copy)
+    kernel: dict       # ... and of one chunk's kernel (op chunk_work)
+
+
+def setup_pipeline(rec, chunks: int, n: int, *, blocks: int, seed: int = 57, probe_iters: int = 256) -> Pipeline:
+    """Pinned random input of ``chunks`` x ``n`` floats and device buffers; time one chunk's H2D copy
+    (op ``h2d_copy``), then size chunk_work's ``iters`` from a probe so that one kernel takes about as long
+    as one copy, and time that kernel (op ``chunk_work``, impl ``chunk_work.iters<N>``), both checked."""
+    import cupy
+    import cupyx
+
+    from utils.bench import bench
+    from utils.check import assert_close
+    h_x = cupyx.empty_pinned((chunks, n), np.float32)
+    h_x[...] = np.random.default_rng(seed).standard_normal((chunks, n), dtype=np.float32)
+    d_x = cupy.empty((chunks, n), dtype=cupy.float32)
+    d_y = cupy.empty_like(d_x)
+
+    def h2d_chunk0():
+        cupy.cuda.runtime.memcpyAsync(d_x[0].data.ptr, h_x[0].ctypes.data, n * 4,
+                                      cupy.cuda.runtime.memcpyHostToDevice, cupy.cuda.get_current_stream().ptr)
+
+    e_copy = rec.time("h2d_copy", "cudaMemcpyAsync.pinned", h2d_chunk0, dtype="float32", shape=(n,),
+                      nbytes=n * 4, flush=False,
+                      check=lambda: assert_close(d_x[0], cupy.asarray(h_x[0]), dtype="exact"))
+    t_probe = bench(lambda: launch_chunk_work(d_x[0], d_y[0], probe_iters, blocks=blocks), flush=False).ms
+    iters = int(np.clip(round(probe_iters * e_copy["ms"] / t_probe), 16, 100_000))
+    d_y[0].fill(np.nan)
+    e_kern = rec.time("chunk_work", f"chunk_work.iters{iters}",
+                      lambda: launch_chunk_work(d_x[0], d_y[0], iters, blocks=blocks), dtype="float32",
+                      shape=(n,), flops=chunk_work_flops(n, iters), flush=False,
+                      check=lambda: assert_close(d_y[0], chunk_work_ref(d_x[0], iters), dtype="float32"))
+    return Pipeline(h_x, d_x, d_y, iters, int(blocks), e_copy, e_kern)
+
+
+def pipeline_impl(streams: int) -> str:
+    """The record's impl name of a schedule: ``serial.1stream``, ``overlap.3streams``."""
+    return "serial.1stream" if int(streams) == 1 else f"overlap.{int(streams)}streams"
+
+
+def time_pipelines(rec, pipe: Pipeline, stream_counts=(1, 3), runs: int = 6) -> tuple[dict, dict]:
+    """Run the pipeline on each number of non-blocking streams ``runs`` times (the first is a warm-up),
+    checking all chunks' results every time; record the median makespan (op ``h2d_pipeline``, impl
+    :func:`pipeline_impl`). Returns (streams -> median ms, streams -> the last run's event times)."""
+    import cupy
+
+    from utils.check import assert_close
+    chunks, n = pipe.h_x.shape
+    ref_y = chunk_work_ref(cupy.asarray(pipe.h_x), pipe.iters)
+    streams = {s: [cupy.cuda.Stream(non_blocking=True) for _ in range(int(s))] for s in stream_counts}
+    measured, timeline = {}, {}
+    for s, ss in streams.items():
+        totals = []
+        for _ in range(int(runs)):
+            pipe.d_y.fill(np.nan)
+            cupy.cuda.Device().synchronize()              # the fill runs on the legacy stream: finish it first
+            total, marks = pipeline_times(*run_pipeline(pipe.h_x, pipe.d_x, pipe.d_y, pipe.iters, ss,
+                                                        blocks=pipe.blocks))
+            totals.append(total)
+            assert_close(pipe.d_y, ref_y, dtype="float32", name=f"pipeline on {s} stream(s)")
+        t = np.array(totals[1:])
+        measured[s] = float(np.median(t))
+        timeline[s] = marks
+        rec.add("h2d_pipeline", pipeline_impl(s), dtype="float32", shape=(chunks, n), ms=measured[s],
+                nbytes=chunks * n * 4, p10_ms=float(np.percentile(t, 10)), p90_ms=float(np.percentile(t, 90)),
+                reps=len(t))
+    return measured, timeline
+
+
 # --- launch cost -----------------------------------------------------------------------------------------
 
 def empty_kernel():
@@ -209,21 +286,22 @@ def graph_replay_ms(graph, n: int, stream, reps: int = 20) -> list[float]:
 def plot_pipeline(timeline: dict, measured: dict):
     """One lane pair per schedule (streams -> [(copy start, copy end, kernel end)] in ms): when each chunk's
     copy and kernel ran. A copy starts once its engine is free, a kernel once its copy and the SMs are."""
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(len(timeline), 1, figsize=(9, 1.9 * len(timeline)), sharex=True, squeeze=False)
+    from utils.plot import figure, version_style
+    copy_c, kern_c = version_style(1)["color"], version_style(4)["color"]
+    fig, axes = figure(len(timeline), 1, height=1.5, sharex=True)
     for ax, (streams, marks) in zip(axes[:, 0], timeline.items()):
         copy_end = kern_end = 0.0
         for i, (c0, c1, k1) in enumerate(marks):
             c_start, k_start = max(c0, copy_end), max(c1, kern_end)
-            ax.broken_barh([(c_start, c1 - c_start)], (1.1, 0.8), color="tab:orange", edgecolor="white", linewidth=0.8)
-            ax.broken_barh([(k_start, k1 - k_start)], (0.1, 0.8), color="tab:blue", edgecolor="white", linewidth=0.8)
+            ax.broken_barh([(c_start, c1 - c_start)], (1.1, 0.8), color=copy_c, edgecolor="white", linewidth=0.8)
+            ax.broken_barh([(k_start, k1 - k_start)], (0.1, 0.8), color=kern_c, edgecolor="white", linewidth=0.8)
             ax.text(c_start + (c1 - c_start) / 2, 1.5, str(i), ha="center", va="center", fontsize=7)
             ax.text(k_start + (k1 - k_start) / 2, 0.5, str(i), ha="center", va="center", fontsize=7, color="white")
             copy_end, kern_end = c1, k1
         ax.set_yticks([0.5, 1.5], ["kernel", "H2D copy"])
-        ax.set_title(f"{streams} stream(s): {measured[streams]:.2f} ms (median)", fontsize=9)
-    axes[-1, 0].set_xlabel("time since the start event (ms)")
-    fig.tight_layout()
+        ax.grid(axis="y", visible=False)
+        ax.set_title(f"{streams} stream(s): {measured[streams]:.2f} ms (median)")
+    axes[-1, 0].set_xlabel("ms since the start event")
     return fig
 
 
@@ -246,6 +324,21 @@ class LaunchCosts:
     us: dict            # impl (LAUNCH_IMPLS) -> microseconds per launch
     starved: bool       # the host's enqueue outlasted the spin: empty_kernel.device then includes host time
     graph_wall_ms: float
+    n: int = 1000       # launches per burst and nodes per graph
+
+    def table(self):
+        from utils.table import Table
+        return Table(["impl", "us per launch"], [[impl, f"{v:.2f}"] for impl, v in self.us.items()])
+
+    def describe(self) -> str:
+        """How the five compare: round trip / enqueue, enqueue / device, device / graph; the graph's wall clock."""
+        us = self.us
+        return (f"a synchronous launch round trip costs {us['empty_kernel.sync'] / us['empty_kernel.async']:.1f}x "
+                f"the host's per-launch enqueue time; the host enqueues "
+                f"{us['empty_kernel.async'] / us['empty_kernel.device']:.1f}x slower than the GPU runs empty kernels "
+                f"back to back; a graph replay runs them {us['empty_kernel.device'] / us['cuda_graph.replay']:.1f}x "
+                f"faster still\none graph launch of {self.n} kernels, wall clock including the host call and the "
+                f"wait: {self.graph_wall_ms:.2f} ms ({us['cuda_graph.wall']:.2f} us per kernel)")
 
 
 def measure_launch_costs(rec, n: int = 1000) -> LaunchCosts:
@@ -290,26 +383,35 @@ def measure_launch_costs(rec, n: int = 1000) -> LaunchCosts:
         rec.add("launch", impl, dtype="none", shape=(n,), ms=ms, metric_name="us", p10_ms=p10, p90_ms=p90,
                 reps=reps)
     return LaunchCosts({impl: v[0] * 1e3 for impl, v in per.items()},
-                       max(q[1] for q in queued) >= spin / 1e6, t_wall.ms)
+                       max(q[1] for q in queued) >= spin / 1e6, t_wall.ms, int(n))
 
 
 def plot_costs(launch_entries, pipeline_entries, model_ms: dict):
-    """Two panels: microseconds per launch (log scale), and the stream experiment's makespans beside the
-    model's (``model_ms``: name -> ms)."""
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    axes[0].barh([e["impl"] for e in launch_entries], [e["metric"] for e in launch_entries], color="tab:blue")
+    """Two stacked panels: microseconds per launch (log scale), and the stream experiment's makespans beside
+    the model's (``model_ms``: name -> ms, drawn in grey)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from utils.plot import figure, peer_style, version_style
+    fig, axes = figure(2, 1, height=2.4)
+    ax = axes[0, 0]
+    ax.barh([e["impl"] for e in launch_entries], [e["metric"] for e in launch_entries],
+            color=version_style(0)["color"])
     for i, e in enumerate(launch_entries):
-        axes[0].text(e["metric"], i, f" {e['metric']:.2f}", va="center", fontsize=8)
-    axes[0].set_xscale("log")
-    axes[0].set_xlabel("us per launch (log scale)")
-    axes[0].set_title("What one launch costs")
-    axes[0].invert_yaxis()
+        ax.text(e["metric"], i, f" {e['metric']:.2f}", va="center", fontsize=8)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(right=2 * max(e["metric"] for e in launch_entries))     # room for the value labels
+    ax.set_xlabel("us per launch (log scale)")
+    ax.set_title("What one launch costs")
+    ax.invert_yaxis()
+    ax = axes[1, 0]
     names = [e["impl"] for e in pipeline_entries] + list(model_ms)
     vals = [e["ms"] for e in pipeline_entries] + list(model_ms.values())
-    axes[1].barh(names, vals, color=["tab:blue"] * len(pipeline_entries) + ["tab:gray"] * len(model_ms))
-    axes[1].set_xlabel("ms for 8 chunks of 16 MB (copy + kernel)")
-    axes[1].set_title("Copy/compute overlap, measured and modelled")
-    axes[1].invert_yaxis()
-    fig.tight_layout()
+    ax.barh(names, vals, color=[version_style(0)["color"]] * len(pipeline_entries)
+            + [peer_style(1)["color"]] * len(model_ms))
+    ax.set_xlabel("ms for all chunks (copy + kernel)")
+    ax.set_title("Copy/compute overlap: measured and model")
+    ax.invert_yaxis()
     return fig

@@ -10,8 +10,8 @@ import dataclasses
 
 import numpy as np
 
-from utils.build import KernelSource
 from utils.arrays import ceil_div
+from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
 from utils.version import Launch, Registry, Unsupported, Version
 
@@ -27,6 +27,19 @@ def _cupy():
 
 def _size(a) -> int:
     return int(np.prod(a.shape, dtype=np.int64))
+
+
+def levels_table(dev: dict, spec: dict):
+    """The four levels as the device (``utils.device_summary()``) and the datasheet report them: capacity
+    and who shares each one (not measured)."""
+    from utils.table import Table
+    return Table(["level", "capacity", "shared by"], [
+        ("registers", f"{dev['regs_per_sm'] * 4 // 1024} KiB per SM ({dev['regs_per_sm']} x 32 bit)", "thread"),
+        ("shared memory", (f"{dev['smem_per_sm'] // 1024} KiB per SM, {dev['smem_per_block_optin'] // 1024} KiB "
+                           "per block (opt-in)"), "block"),
+        ("L2", f"{dev['l2_bytes'] / 2**20:.0f} MiB", "whole GPU"),
+        ("HBM", f"{dev['memory_bytes'] / 2**30:.0f} GiB, datasheet {spec['hbm_tbps']} TB/s", "whole GPU"),
+    ], align="lll")
 
 
 # --- pointer chasing: latency per dependent load ----------------------------------------------------
@@ -93,6 +106,38 @@ def pointer_chase(chase: Chase, hops: int, sink):
                                                          np.uint64(hops), sink))
 
 
+def chase_sweep(rec, sizes, l2_bytes: int) -> dict:
+    """Walk a fresh random cycle of each working set in ``sizes`` (bytes) as :func:`chase_plan` says, timed
+    and checked (the walk must end on the right node); record op ``pointer_chase``, shape (words,), with the
+    entry's ``ns_per_load``. Returns {working set bytes: ns per dependent load}."""
+    import cupy
+    from tqdm.auto import tqdm
+    sink = cupy.zeros(1, dtype=cupy.uint32)
+    out = {}
+    for ws in tqdm(sizes, desc="pointer chase"):
+        ch = make_chase(ws)
+        hops, flush = chase_plan(ws, l2_bytes)
+
+        def check(ch=ch, hops=hops):
+            if int(sink[0]) != ch.end_after(hops):
+                raise AssertionError(f"the walk over {human_bytes(ch.ws_bytes)} ended at word {int(sink[0])}, "
+                                     f"expected {ch.end_after(hops)}")
+
+        e = rec.time("pointer_chase", "chase", lambda ch=ch, hops=hops: pointer_chase(ch, hops, sink),
+                     dtype="uint32", shape=(ws // 4,), metric_name="us", check=check, flush=flush, warmup=2, reps=10)
+        e.update(ws_bytes=ws, hops=hops, flushed=flush, ns_per_load=e["ms"] * 1e6 / hops)
+        out[ws] = e["ns_per_load"]
+        del ch
+    rec.save()
+    return out
+
+
+def describe_chase(chase_ns: dict, clk_hz: float) -> str:
+    """One line per working set: ns per load and the cycles that makes at ``clk_hz``."""
+    return "\n".join(f"{human_bytes(w):>8}: {ns:6.1f} ns per load ({ns * 1e-9 * clk_hz:5.0f} cycles)"
+                     for w, ns in chase_ns.items())
+
+
 # --- coalescing: strided reads ----------------------------------------------------------------------
 
 SECTOR_BYTES = 32
@@ -137,6 +182,85 @@ def strided_bytes(n: int) -> int:
     return 2 * 4 * n
 
 
+def stride_sweep(rec, strides, x_floats: int = 1 << 30, max_out: int = 1 << 25) -> None:
+    """Time :func:`strided_copy` at each stride from one random ``x_floats`` input (4 GiB by default: enough
+    for 2**24 outputs at stride 64), ``min(max_out, x_floats // stride)`` outputs each, poisoned and checked
+    bit for bit; record op ``strided_copy``, impl ``stride_<s>``, useful bytes."""
+    import cupy
+    from tqdm.auto import tqdm
+
+    from utils.check import assert_close, poisoned
+    xs = cupy.random.standard_normal(x_floats, dtype=cupy.float32)
+    for s in tqdm(strides, desc="stride sweep"):
+        n = min(max_out, x_floats // s)
+        ys = poisoned((n,), np.float32)
+        rec.time("strided_copy", f"stride_{s}", lambda ys=ys, s=s: strided_copy(xs, ys, s), dtype="float32",
+                 shape=(n,), nbytes=strided_bytes(n),
+                 check=lambda ys=ys, n=n, s=s: assert_close(ys, strided_reference(xs, n, s), dtype="exact",
+                                                            name=f"stride {s}"))
+    xs = ys = None                      # 4 GiB: give it back before the next experiment
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+@dataclasses.dataclass(frozen=True)
+class StridedReading:
+    """The stride sweep against the two sector models, from stride 16 on (where they part)."""
+    err32: float       # mean distance to the 32-byte sector model
+    err64: float       # ... and to the 64-byte fetch model
+    below64: int | None  # the first stride that falls well below even the 64-byte model, if any
+
+    def describe(self) -> str:
+        text = ("For strides of 16 and more the measurement is closer to the "
+                + ("32-byte sector model: the memory system fetches only the sectors a warp asks for."
+                   if self.err32 <= self.err64 else
+                   "64-byte model: for scattered reads the memory system fetches pairs of sectors, so a lone "
+                   "4-byte read costs 64 bytes of bandwidth."))
+        if self.below64 is not None:
+            text += (f"\nAt stride {self.below64} and beyond it falls below even the 64-byte model: past sector "
+                     "counting, scattered reads also lose DRAM page locality (each load opens its own DRAM row) "
+                     "and spread over more address-translation pages.")
+        return text
+
+
+def read_strides(frac: dict) -> StridedReading:
+    """``frac``: stride -> measured fraction of the copy. How the strides of 16 and more compare with the
+    32-byte and 64-byte models."""
+    far = [s for s in frac if s >= 16]
+    if not far:
+        raise ValueError(f"expected strides of 16 or more, got {sorted(frac)}")
+    err32 = float(np.mean([abs(frac[s] - strided_model(s)) for s in far]))
+    err64 = float(np.mean([abs(frac[s] - strided_model(s, 64)) for s in far]))
+    low = [s for s in far if frac[s] < 0.85 * strided_model(s, 64)]
+    return StridedReading(err32, err64, low[0] if low else None)
+
+
+def describe_strides(frac: dict) -> str:
+    """One line per stride: the measured fraction of the copy beside the 32-byte model."""
+    return "\n".join(f"stride {s:>2}: {f:6.1%} of copy; 32-byte model {strided_model(s):6.1%} "
+                     f"(measured / model = {f / strided_model(s):.2f})" for s, f in frac.items())
+
+
+def plot_strided(frac: dict):
+    """Measured fraction of the copy against the stride, with the 32-byte and 64-byte models (grey)."""
+    from utils.plot import figure, peer_style, version_style
+    strides = list(frac)
+    fig, axes = figure(1, 1, height=3.4)
+    ax = axes[0, 0]
+    ax.plot(strides, list(frac.values()), "-", **version_style(0), label="measured (useful bytes)")
+    ax.plot(strides, [strided_model(s) for s in strides], **peer_style(0), label="model: 32-byte sectors")
+    ax.plot(strides, [strided_model(s, 64) for s in strides], **{**peer_style(1), "linestyle": ":"},
+            label="model: 64-byte fetches")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(strides)
+    ax.set_xticklabels([str(s) for s in strides])
+    ax.set_xlabel("stride (floats) between neighbouring threads' reads")
+    ax.set_ylabel("fraction of copy bandwidth")
+    ax.set_ylim(0, 1.1)
+    ax.legend()
+    ax.set_title("Strided read, coalesced write (fp32)")
+    return fig
+
+
 # --- vector width: 4, 8, 16 bytes per access (one op, three versions) ------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +303,38 @@ COPY_WIDTH = Registry("copy_width", copy_problem, [
     Version("copy_width_v2_float4", "16-byte float4 per thread: a quarter of v0's threads and instructions",
             SOURCE, copy_width_plan("copy_width_v2_float4", 4), parent="v1_float2", snippet="copy_vec"),
 ])
+
+
+def time_copy_widths(rec, n: int) -> list[dict]:
+    """Time the three COPY_WIDTH versions on ``n`` random floats (op ``copy``, impl ``copy_f<width>``), each
+    output poisoned and checked bit for bit; return their entries in width order."""
+    import cupy
+
+    from utils.check import assert_close, poisoned
+    a = cupy.random.standard_normal(n, dtype=cupy.float32)
+    b = poisoned((n,), np.float32)
+    out = []
+    for label, width in COPY_WIDTHS.items():
+        b.fill(np.nan)
+        out.append(rec.time("copy", f"copy_f{width}", COPY_WIDTH[label].bind(a, b), dtype="float32", shape=(n,),
+                            nbytes=8 * n, check=lambda w=width: assert_close(b, a, dtype="exact", name=f"copy_f{w}")))
+    a = b = None
+    cupy.get_default_memory_pool().free_all_blocks()
+    return out
+
+
+def copy_width_table(entries, copy_gbps: float, predicted: dict):
+    """The copy ceiling and the three widths: ms, GB/s, fraction of the copy, the predicted fraction
+    (``predicted``: width in floats -> fraction) and measured / predicted."""
+    from utils.table import Table
+    rows = []
+    for e in entries:
+        w = int(e["impl"][-1]) if e["impl"].startswith("copy_f") else None
+        frac = e["metric"] / copy_gbps
+        rows.append([e["impl"], f"{e['ms']:.4g}", f"{e['metric']:.0f}", f"{frac:.1%}",
+                     f"{predicted[w]:.0%}" if w in predicted else "",
+                     f"{frac / predicted[w]:.2f}" if w in predicted else ""])
+    return Table(["impl", "ms", "GB/s", "of copy", "predicted", "measured / predicted"], rows)
 
 
 # --- shared-memory banks ----------------------------------------------------------------------------
@@ -260,6 +416,47 @@ def smem_bytes(blocks: int, reps: int) -> int:
     return blocks * BLOCK * reps * TILE * 4
 
 
+def bank_table(modes=("row", "col", "col_padded", "col_swizzled")):
+    """The bank model on the CPU: the banks of lanes 0..7 for column 0, and the passes one load takes."""
+    from utils.table import Table
+    return Table(["access", "banks of lanes 0..7 (column 0)", "ways"],
+                 [[mode, str(smem_banks(mode)[:8]), conflict_ways(smem_banks(mode))] for mode in modes],
+                 align="llr")
+
+
+def time_smem_reads(rec, blocks: int, reps: int) -> dict:
+    """Time every SMEM_KERNELS mode on ``blocks`` tiles of small random integers (so that every sum is
+    exact), outputs poisoned and checked bit for bit; record op ``smem_read``; return mode -> entry."""
+    import cupy
+    from tqdm.auto import tqdm
+
+    from utils.check import assert_close, poisoned
+    x = cupy.random.randint(-8, 9, size=blocks * TILE * TILE).astype(cupy.float32)
+    y = poisoned((blocks * BLOCK,), np.float32)
+    for mode in tqdm(SMEM_KERNELS, desc="shared memory"):
+        y.fill(np.nan)
+        rec.time("smem_read", mode, lambda mode=mode: smem_read(x, y, mode, reps), dtype="float32",
+                 shape=(blocks * TILE * TILE,), nbytes=smem_bytes(blocks, reps), flush=False,
+                 check=lambda mode=mode: assert_close(y, smem_reference(x, mode, reps), dtype="exact", name=mode))
+    x = y = None
+    return {mode: rec.get("smem_read", mode) for mode in SMEM_KERNELS}
+
+
+def smem_instructions_per_sm(mode: str, blocks: int, sms: int, reps: int) -> float:
+    """Warp-wide load instructions each SM issues in one smem_read launch: 32 loads of 4 bytes per lane and
+    repetition (8 of 16 bytes for row_vec4), for every warp of its blocks."""
+    return blocks / sms * (BLOCK // 32) * reps * (8 if mode == "row_vec4" else 32)
+
+
+def smem_table(entries: dict, peak_gbps: float, clk_hz: float, blocks: int, sms: int, reps: int):
+    """Per mode: ms, GB/s, the fraction of the bank peak, and clocks per warp instruction."""
+    from utils.table import Table
+    return Table(["impl", "ms", "GB/s", "of bank peak", "cycles per warp instruction"],
+                 [[m, f"{e['ms']:.4g}", f"{e['metric']:.4g}", f"{e['metric'] / peak_gbps:.1%}",
+                   f"{e['ms'] * 1e-3 * clk_hz / smem_instructions_per_sm(m, blocks, sms, reps):.1f}"]
+                  for m, e in entries.items()])
+
+
 # --- chapter 2's L2 read sweep, read back: where the bandwidth falls ---------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -269,6 +466,22 @@ class L2Fall:
     lowest_within_mib: float  # ... and that working set
     first_beyond: float       # the bandwidth at the first working set past the L2, as a fraction of it
     first_beyond_mib: float   # ... and that working set
+
+
+def describe_l2_fall(fall: L2Fall) -> str:
+    return (f"chapter 2's L2 read sweep: plateau {fall.plateau_gbps:.0f} GB/s; lowest point up to the L2 size "
+            f"{fall.lowest_within:.0%} of it ({fall.lowest_within_mib:g} MiB); first point past the L2 "
+            f"{fall.first_beyond:.0%} ({fall.first_beyond_mib:g} MiB)")
+
+
+def chapter2_l2_fall(gpu: str, l2_bytes: int, root=None) -> L2Fall | None:
+    """:func:`l2_fall` of chapter 2's stored L2 read sweep (impl ``l2_read``) on ``gpu``, or None where
+    chapter 2 has not been run on that GPU."""
+    from utils.paths import REPO
+    from utils.record import load
+    entries = [e for e in load(gpu, "02-hopper-architecture", root=root or REPO / "results")
+               if e["impl"] == "l2_read"]
+    return l2_fall(entries, l2_bytes) if entries else None
 
 
 def l2_fall(entries, l2_bytes: int) -> L2Fall:
@@ -311,18 +524,32 @@ def chase_plateaus(chase_ns: dict) -> dict:
             "HBM": float(np.mean(pick(256 << 20, 1 << 62)))}
 
 
+def describe_plateaus(lat: dict, predicted: dict, clk_hz: float) -> str:
+    """Each plateau in ns and cycles at ``clk_hz`` beside its prediction, and the ratios between levels."""
+    lines = [f"{name:>3} plateau: {ns:6.1f} ns = {ns * 1e-9 * clk_hz:4.0f} cycles at {clk_hz / 1e9:.2f} GHz; "
+             f"measured / predicted = {ns / predicted[name]:.2f}" for name, ns in lat.items()]
+    lines.append(f"L2 is {lat['L2'] / lat['L1']:.1f}x the L1 latency, HBM {lat['HBM'] / lat['L2']:.1f}x the L2 latency.")
+    return "\n".join(lines)
+
+
 def plot_chase(chase_ns: dict, l2_bytes: int):
     """ns per dependent load against the working set (log-log), the reported L2 size marked."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    ax.plot(list(chase_ns), list(chase_ns.values()), "o-")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from utils.plot import FONT_PT, figure, version_style
+    fig, axes = figure(1, 1, height=3.4)
+    ax = axes[0, 0]
+    ax.plot(list(chase_ns), list(chase_ns.values()), "-", **version_style(0))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(list(chase_ns))
-    ax.set_xticklabels([human_bytes(w).replace(" ", "") for w in chase_ns], rotation=45, fontsize=8)
+    ax.set_xticklabels([human_bytes(w).replace(" ", "") for w in chase_ns], rotation=45)
     ax.axvline(l2_bytes, color="gray", ls="--", lw=1)
-    ax.text(l2_bytes, min(chase_ns.values()), " L2 capacity", fontsize=8, color="gray")
+    ax.text(l2_bytes, min(chase_ns.values()), " L2 capacity", fontsize=FONT_PT - 1, color="gray")
     ax.set_xlabel("working set")
     ax.set_ylabel("ns per dependent load")
-    ax.set_title("Pointer chase, one thread, one 128-byte line per node")
+    ax.set_title("Pointer chase: one thread, one node per 128-byte line")
     return fig

@@ -332,3 +332,281 @@ def reduce_sum(x, version: str = "v5_lastblock", config=None):
     out = cupy.empty((1,), dtype=cupy.float32)
     VERSIONS[version](x, out, config=config)
     return out
+
+
+# --- the chapter's experiments ---------------------------------------------------------------------
+# Chapter 5 calls each of these once; they hold the loops, the record reading and the tables, so that the
+# notebook shows what is measured and what is claimed.
+
+ODD_SIZES = ((1,), (37,), (199,), (4099,), (20011,))   # not multiples of a block or of a 16-byte load
+LADDER_TOL = {"float32": 3e-4, "bfloat16": 3e-4}     # a net for unwritten or garbage sums, not the bound
+
+
+def ladder(rec, shapes, dtype: str = "float32", *, seed: int, peer_names=None, ceiling: str | None = "copy"):
+    """Chapter 5's :class:`utils.ladder.Ladder` of :data:`VERSIONS` for one dtype: every version and peer is
+    checked on fresh seeded N(1, 1) data of :data:`ODD_SIZES` (outputs poisoned first) and timed on
+    ``shapes`` ((n,) each), all on the same data. The ladder's tolerance (:data:`LADDER_TOL`) only catches
+    unwritten or garbage results; a version's own error bound is :func:`check_within_bound`.
+    ``peer_names``: which of :func:`peers` to time (default: all)."""
+    from utils.ladder import Ladder
+    every = peers()
+    chosen = every if peer_names is None else {p: every[p] for p in peer_names}
+    return Ladder(rec, VERSIONS, shapes=list(shapes), dtypes=[dtype], make=make_case, reference=reference_out,
+                  tol=dict(LADDER_TOL), nbytes=lambda shape, dt: nbytes(shape[0], dt.itemsize), peers=chosen,
+                  odd_shapes=list(ODD_SIZES), ceiling=ceiling, seed=seed)
+
+
+def ledger(n: int, copy_gbps: float, spec: dict | None = None) -> str:
+    """The sum's ledger for ``n`` fp32 elements, as text: bytes and arithmetic intensity, this run's copy
+    bandwidth against the datasheet's, and the floor times (at the copy rate, at the datasheet rate, and
+    for the additions alone at one add per lane per clock). ``spec``: :func:`utils.hardware.datasheet`."""
+    if spec is None:
+        from utils.hardware import datasheet
+        spec = datasheet()
+    nb, adds = nbytes(n), flops(n)
+    hbm = spec["hbm_tbps"]
+    adds_per_s = spec["fp32"] * 1e12 / 2      # the datasheet counts an FMA as 2 FLOPs
+    size = f"input {nb / 2**30:g} GiB, read once; {adds:,} additions = {adds / nb:.2f} FLOP per byte"
+    copy = (f"device-to-device copy (1 GiB, read + write): {copy_gbps:.0f} GB/s = "
+            f"{copy_gbps / (hbm * 1e3):.0%} of the {hbm} TB/s datasheet figure")
+    floor = (f"floor: {nb / (copy_gbps * 1e9) * 1e6:.0f} us at the copy rate, {nb / (hbm * 1e12) * 1e6:.0f} us "
+             f"at the datasheet rate; the additions alone would take {adds / adds_per_s * 1e6:.1f} us")
+    return f"{size}\n{copy}\n{floor}"
+
+
+def bound_report(x, labels, sms: int | None = None) -> str:
+    """The float64 reference of ``x``, its condition number sum|x| / |sum x|, and for each version in
+    ``labels`` its depth d and worst-case bound gamma_d * sum|x| relative to the sum, as text."""
+    ref, sabs = reference(x)
+    n = int(x.shape[0])
+    out = [f"float64 reference: {ref:.6f}; condition number sum|x| / |sum x| = {sabs / abs(ref):.3f}"]
+    for label in labels:
+        d = depth(label, n, dtype=x.dtype, sms=sms)
+        out.append(f"{label}: depth {d}, worst-case bound gamma_d * sum|x| = {gamma(d) * sabs / abs(ref):.2e} relative")
+    return "\n".join(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class AtomicRate:
+    """v0's timing read as a rate of atomicAdds on one address."""
+    n: int              # elements summed (one atomic each)
+    ms: float           # the timed median
+    clock_hz: float     # the nominal SM clock
+    error: float        # relative error of the timed result
+    bound: float        # v0's (probabilistic) error bound at n, relative
+
+    @property
+    def rate(self) -> float:
+        """Atomics per second."""
+        return self.n / (self.ms * 1e-3)
+
+    @property
+    def per_clock(self) -> float:
+        return self.rate / self.clock_hz
+
+    def seconds_for(self, n: int) -> float:
+        return n / self.rate
+
+    def __str__(self) -> str:
+        return (f"{self.rate / 1e9:.2f} G atomics per second on one address = {self.per_clock:.2f} per SM clock; "
+                f"2**28 elements would take {self.seconds_for(1 << 28) * 1e3:.0f} ms\n"
+                f"relative error at n = 2**{self.n.bit_length() - 1}: {self.error:.1e} "
+                f"(the probabilistic bound: {self.bound:.1e})")
+
+
+def atomic_rate(ladder, case) -> AtomicRate:
+    """v0 as timed by ``ladder`` on ``case``: its rate of atomics, and its result (left in ``case``'s
+    output by the timing) checked against its own error bound (raises CheckFailed beyond it)."""
+    from utils.hardware import datasheet, facts
+    x = case.args[0]
+    n = int(x.shape[0])
+    err = check_within_bound("v0_atomic", *case.args)
+    ref, sabs = reference(x)
+    clock_hz = (facts().sm_clock_khz or datasheet()["boost_mhz"] * 1000) * 1e3
+    return AtomicRate(n, ladder.entry("v0_atomic", (n,), "float32")["ms"], clock_hz, err,
+                      error_bound("v0_atomic", n, sabs) / abs(ref))
+
+
+@dataclasses.dataclass
+class Sweep:
+    """Figures of one sweep over configs: per key (blocks per SM, cluster size), each figure, and the table."""
+    table: Any
+    frac: dict = dataclasses.field(default_factory=dict)        # fraction of copy
+    vs_v5: dict = dataclasses.field(default_factory=dict)       # metric / v5's metric
+    waves: dict = dataclasses.field(default_factory=dict)       # clusters in the grid / resident at once
+
+
+def time_grids(ladder, shape, dtype: str = "float32", configs=VEC_CONFIGS[1:]) -> Sweep:
+    """v4 at each grid of ``configs`` (blocks per SM), timed on the ladder's shapes and recorded as
+    ``v4_vec[<b>/SM]``; the sweep's table and fractions of copy on ``shape``, keyed by blocks per SM."""
+    from utils.hardware import facts
+    from utils.table import Table
+    sms = facts().sms
+    rows, frac = [], {}
+    for cfg in configs:
+        impl = f"v4_vec[{cfg.blocks_per_sm}/SM]"
+        ladder.time("v4_vec", config=cfg, impl=impl)
+        e = ladder.entry(impl, shape, dtype)
+        frac[cfg.blocks_per_sm] = ladder.fraction_of_copy(impl, shape, dtype)
+        rows.append((cfg.blocks_per_sm, vec_grid(shape[0], np.dtype(dtype), sms, cfg.blocks_per_sm),
+                     f"{e['ms'] * 1e3:.1f}", f"{frac[cfg.blocks_per_sm]:.1%}"))
+    return Sweep(Table(["blocks per SM", "grid", "µs", "of copy"], rows), frac=frac)
+
+
+def time_cluster_sizes(ladder, case, dtype: str = "float32") -> Sweep:
+    """v6 with every cluster size at the default blocks per SM: each checked on the odd sizes, timed
+    (recorded as ``v6_cluster[C=<c>]``), its timed result checked against its own error bound, and the
+    grid's clusters set against how many the driver fits at once (cuOccupancyMaxActiveClusters). Keyed by
+    cluster size: fraction of copy, ratio to v5, waves; the table shows them all."""
+    from utils.occupancy import clusters_per_device
+    from utils.table import Table
+    v6 = VERSIONS["v6_cluster"]
+    shape = tuple(case.args[0].shape)
+    p6 = v6.validate(*case.args)
+    out, rows = Sweep(None), []
+    for cfg in [c for c in v6.all_configs() if c.blocks_per_sm == BLOCKS_PER_SM]:
+        c = cfg.cluster
+        impl = f"v6_cluster[C={c}]"
+        ladder.check("v6_cluster", config=cfg)
+        ladder.time("v6_cluster", config=cfg, impl=impl)
+        check_within_bound("v6_cluster", *case.args, config=cfg)
+        (ln,) = v6.launches(p6, cfg)
+        resident = clusters_per_device(CLUSTER_SOURCE.launchable(ln.kernel, c), THREADS, 0, c)
+        needed = ln.grid[0] // c
+        out.vs_v5[c] = ladder.ratio(impl, "v5_lastblock", shape, dtype)
+        out.frac[c] = ladder.fraction_of_copy(impl, shape, dtype)
+        out.waves[c] = needed / resident if resident else float("nan")
+        rows.append((c, needed, resident, f"{out.waves[c]:.2f}" if resident else "n/a", f"{out.frac[c]:.1%}",
+                     f"{out.vs_v5[c]:.3f}x"))
+    out.table = Table(["cluster size C", "clusters in the grid", "clusters resident at once (driver)", "waves",
+                       "of copy", "vs v5"], rows)
+    return out
+
+
+# --- determinism: the same sum, run after run -------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Repeats:
+    """The float32 results of one implementation run several times on the same input."""
+    n: int                  # elements summed
+    ref: float              # float64 sum of that input
+    sum_abs: float          # float64 sum of |x|
+    values: tuple           # np.float32 per run
+
+    @property
+    def distinct(self) -> int:
+        """How many different results, compared bit for bit."""
+        return len({np.float32(v).view(np.uint32).item() for v in self.values})
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / |reference|."""
+        return float(max(self.values) - min(self.values)) / abs(self.ref)
+
+    @property
+    def spread_ulps(self) -> float:
+        """max - min in units of the last place of the reference in fp32."""
+        return float(max(self.values) - min(self.values)) / float(np.spacing(np.float32(self.ref)))
+
+
+def repeated_sums(atomic_case, case, runs: int = 20) -> dict[str, Repeats]:
+    """Run v0 on ``atomic_case`` and v5, cupy.sum and torch.sum on ``case``, ``runs`` times each, back to
+    back on the same memory, reading every result as float32."""
+    import cupy
+    import torch
+
+    from utils.arrays import as_torch
+    x, out = case.args
+    xt = as_torch(x)
+
+    refs = {id(c): reference(c.args[0]) for c in (atomic_case, case)}
+
+    def results(c, launch, result) -> Repeats:
+        vals = []
+        for _ in range(runs):
+            launch()
+            vals.append(np.float32(float(result())))
+        return Repeats(int(c.args[0].shape[0]), *refs[id(c)], tuple(vals))
+
+    run_v0, run_v5 = VERSIONS["v0_atomic"].bind(*atomic_case.args), VERSIONS["v5_lastblock"].bind(x, out)
+    return {"v0_atomic": results(atomic_case, run_v0, lambda: atomic_case.args[1][0]),
+            "v5_lastblock": results(case, run_v5, lambda: out[0]),
+            "cupy.sum": results(case, lambda: None, lambda: cupy.sum(x)),
+            "torch.sum": results(case, lambda: None, lambda: torch.sum(xt))}
+
+
+def determinism_table(reps: dict[str, Repeats]):
+    """Per implementation: the input size, the distinct results (bitwise), the first one in hex, the spread."""
+    from utils.table import Table
+    runs = max(len(r.values) for r in reps.values())
+    return Table(["impl", "elements", f"distinct results in {runs} runs", "first result (hex)",
+                  "spread (max - min) / reference"],
+                 [(name, f"2**{r.n.bit_length() - 1}" if (r.n & (r.n - 1)) == 0 else str(r.n), r.distinct,
+                   f"{np.float32(r.values[0]).view(np.uint32).item():#010x}", f"{r.spread:.1e}")
+                  for name, r in reps.items()])
+
+
+# --- the size sweep: fixed cost, then bandwidth ------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FloorFit:
+    """One implementation's times over a size sweep and the two-parameter model t(n) = t0 + bytes / B:
+    t0 is the median time of the three smallest sizes, B the slope to the largest size."""
+    nbytes: tuple       # bytes read per size, ascending
+    us: tuple           # median time per size, µs
+    t0: float           # µs
+    gbps: float         # B, GB/s
+
+    @property
+    def n_half(self) -> float:
+        """Bytes at which the fixed cost equals the transfer time (half of B is reached): t0 * B."""
+        return self.t0 * 1e-6 * self.gbps * 1e9
+
+    def us_at(self, nbytes: int) -> float:
+        return self.us[self.nbytes.index(int(nbytes))]
+
+    def model_us(self, nbytes) -> np.ndarray:
+        return self.t0 + np.asarray(nbytes, float) / (self.gbps * 1e3)
+
+
+def fit_floor(nbytes, us) -> FloorFit:
+    """Fit t0 + bytes / B to times ``us`` (µs) at sizes ``nbytes`` (at least four, ascending)."""
+    b, t = [int(v) for v in nbytes], [float(v) for v in us]
+    if len(b) < 4 or b != sorted(b):
+        raise ValueError(f"fit_floor needs at least four ascending sizes, got {b}")
+    t0 = float(np.median(t[:3]))                      # the three smallest sizes: the floor
+    if t[-1] <= t0:
+        raise ValueError(f"the largest size takes {t[-1]:.1f} us, no more than the floor {t0:.1f} us: no slope")
+    return FloorFit(tuple(b), tuple(t), t0, b[-1] / (t[-1] - t0) * 1e-3)
+
+
+def floor_fit(ladder, impl: str, sizes, dtype: str = "float32") -> FloorFit:
+    """:func:`fit_floor` of ``impl``'s recorded times at ``sizes`` (elements, ascending)."""
+    es = [ladder.entry(impl, (int(n),), dtype) for n in sizes]
+    return fit_floor([e["bytes"] for e in es], [e["ms"] * 1e3 for e in es])
+
+
+def plot_size_sweep(fits: dict[str, FloorFit], l2_bytes: int, peer_names=("cupy.sum",),
+                    title: str = "Sum: fixed cost, then bandwidth"):
+    """Time against bytes (log-log) for each fit, with its model t0 + bytes / B dotted and the L2 size
+    marked; peers in grey, dashed. Returns the figure."""
+    from utils.plot import figure, series_styles
+    fig, axes = figure(1, 1, height=3.8)
+    ax = axes[0, 0]
+    styles = series_styles(list(fits), peer_names)
+    for k, (impl, f) in enumerate(fits.items()):
+        b = np.array(f.nbytes, float)
+        ax.plot(b, f.us, label=impl + (" (peer)" if impl in peer_names else ""), **styles[impl])
+        ax.plot(b, f.model_us(b), ":", color="gray", lw=1, label="t0 + bytes / B" if k == 0 else None)
+    b = np.array(sorted({v for f in fits.values() for v in f.nbytes}), float)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(b)
+    ax.set_xticklabels([f"{v / 2**20:g}M" if v >= 2**20 else f"{v / 2**10:g}K" for v in b], rotation=45)
+    ax.axvline(l2_bytes, color="gray", ls="--", lw=1)
+    ax.text(l2_bytes, ax.get_ylim()[0] * 1.2, " L2 size", color="gray")
+    ax.set_xlabel("input size (fp32 bytes)")
+    ax.set_ylabel("time (µs)")
+    ax.set_title(title)
+    ax.legend()
+    return fig

@@ -293,6 +293,150 @@ def ladder(rec, shapes=((CHAPTER_N,),), seed: int = 1):
                   odd_shapes=ODD_SIZES, peers=peers(), tol={"float32": 0.0}, ceiling="copy", seed=seed)
 
 
+def copy_vs_datasheet(copy_gbps: float, predicted: float = 0.87) -> float | None:
+    """The copy ceiling as a fraction of the datasheet's HBM bandwidth, printed beside the prediction;
+    None (and a line saying so) on a GPU the datasheet table does not know."""
+    from utils.hardware import datasheet
+    try:
+        sheet = datasheet()["hbm_tbps"] * 1e3
+    except KeyError:
+        print(f"copy: {copy_gbps:,.0f} GB/s (read + write); no datasheet figure for this GPU")
+        return None
+    frac = copy_gbps / sheet
+    print(f"copy: {copy_gbps:,.0f} GB/s (read + write) = {frac:.0%} of the datasheet's {sheet:,.0f} GB/s "
+          f"(predicted ~{predicted:.0%}: ratio {frac / predicted:.2f})")
+    return frac
+
+
+def peer_table(entries, copy_gbps: float, predicted: dict):
+    """The peers' times, bandwidths and fractions of the copy beside the fractions the text predicted."""
+    from utils.table import Table
+    return Table(["peer", "ms", "GB/s", "of copy", "predicted"],
+                 [[e["impl"], f"{e['ms']:.3f}", f"{e['metric']:,.0f}", f"{e['metric'] / copy_gbps:.1%}",
+                   f"{predicted[e['impl']]:.0%}"] for e in entries])
+
+
+def progress(items, desc: str):
+    """``items`` behind a tqdm progress bar where tqdm is installed (every GPU host), else as they are."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=desc)
+
+
+BLOCK_SIZES = (128, 256, 512, 1024)     # threads per block in v0's block-size experiment
+
+
+def v0_impl(threads: int) -> str:
+    """The record's name of v0 with ``threads`` per block (the ladder's own entry at THREADS)."""
+    return "v0_one_per_thread" if threads == THREADS else f"v0_one_per_thread[threads={threads}]"
+
+
+def block_size_sweep(va, shape, sizes=BLOCK_SIZES):
+    """Time v0 with each block size of ``sizes`` (THREADS is the ladder's own run), recorded as
+    ``v0_one_per_thread[threads=T]``. Returns ({threads: fraction of copy}, the table of them)."""
+    from utils.table import Table
+    for threads in progress([t for t in sizes if t != THREADS], desc="v0 block size"):
+        va.time("v0_one_per_thread", config=VectorAddConfig(threads=threads, blocks=None), impl=v0_impl(threads))
+    frac = {t: va.fraction_of_copy(v0_impl(t), shape, "float32") for t in sizes}
+    return frac, Table(["threads per block", "blocks", "of copy"],
+                       [[t, f"{shape[0] // t:,}", f"{f:.0%}"] for t, f in frac.items()])
+
+
+def resource_table():
+    """Registers, static shared memory and local memory per thread of every vector-add version."""
+    from utils.table import Table
+    rows = []
+    for v in VECTOR_ADD.values():
+        res = kernel_resources(v.name)
+        rows.append([v.name, res["registers"], res["smem_bytes"], res["local_bytes"]])
+    return Table(["kernel", "registers per thread", "static smem (B)", "local memory (B)"], rows)
+
+
+def residency(sms: int) -> dict:
+    """Per version label: (the book's occupancy formula, the driver's resident blocks per SM) for blocks
+    of THREADS threads, each printed with the warps per SM and one wave's size."""
+    from utils.occupancy import from_function
+    from utils.version import driver_blocks_per_sm
+    out = {}
+    for v in VECTOR_ADD.values():
+        fn = SOURCE.function(v.name)
+        occ = from_function(fn, THREADS)                     # the book's one occupancy formula
+        driver = driver_blocks_per_sm(fn, THREADS)           # cudaOccupancyMaxActiveBlocksPerMultiprocessor
+        out[v.label] = (occ, driver)
+        print(f"{v.label:>18}: {fn.num_regs} registers/thread -> driver: {driver} resident blocks of {THREADS} "
+              f"threads = {driver * THREADS // WARP} warps per SM; formula: {occ.blocks} (limited by "
+              f"{occ.limiter}); one wave = {driver * sms} blocks")
+    return out
+
+
+def print_ptx_memory_ops() -> None:
+    """Each version's global loads and stores in the PTX, with counts (the unrolled main loop, the
+    remainder loop and the tail together). An aside: where there is no PTX, one line says why."""
+    try:
+        from utils.build import ptx
+        ptx_text = ptx(SOURCE)
+        for v in VECTOR_ADD.values():
+            ops = ptx_memory_ops(ptx_text, v.name)
+            counts = {op: ops.count(op) for op in dict.fromkeys(ops)}
+            print(f"{v.label:>18}: " + ", ".join(f"{op} x{k}" for op, k in counts.items()))
+    except Exception as e:  # noqa: BLE001 - the PTX listing is an aside, never a blocker
+        print(f"PTX listing not available here ({type(e).__name__}: {e})")
+
+
+GRID_SWEEP = ("v1_grid_stride", "v2_float4")    # the grid-stride versions, whose grid is free
+
+
+def grid_impl(label: str, blocks_per_sm: int) -> str:
+    """The record's name of a grid-stride version launched with ``blocks_per_sm`` blocks on every SM."""
+    return f"{label}[blocks_per_sm={blocks_per_sm}]"
+
+
+def grid_sizes(resident_blocks: int) -> list[int]:
+    """Blocks per SM the grid sweep tries: 1, 2, 4, one full wave and two."""
+    return sorted({1, 2, 4, int(resident_blocks), 2 * int(resident_blocks)})
+
+
+def grid_sweep(va, resident: dict, sms: int, shape) -> dict:
+    """Time v1 and v2 (THREADS per block) at each of :func:`grid_sizes` blocks per SM, recorded as
+    ``label[blocks_per_sm=k]``; ``resident`` gives each version's blocks per SM in one wave.
+    Returns {label: {blocks per SM: fraction of copy}}."""
+    ks = {label: grid_sizes(resident[label]) for label in GRID_SWEEP}
+    for label in GRID_SWEEP:
+        for k in progress(ks[label], desc=label):
+            va.time(label, config=VectorAddConfig(threads=THREADS, blocks=k * sms), impl=grid_impl(label, k))
+    return {label: {k: va.fraction_of_copy(grid_impl(label, k), shape, "float32") for k in ks[label]}
+            for label in GRID_SWEEP}
+
+
+def grid_sweep_table(g: dict):
+    """Blocks per SM down, one column per version, fractions of copy (blank where not swept)."""
+    from utils.table import Table
+    ks = sorted(set().union(*g.values()))
+    return Table(["blocks per SM", *g], [[k, *[f"{g[lab][k]:.0%}" if k in g[lab] else "" for lab in g]]
+                                          for k in ks])
+
+
+def plot_grid_sweep(g: dict, title: str = "vector add, n = 2^28: grid size"):
+    """Percent of copy against blocks per SM (log2), one line per version, the copy as a reference."""
+    from utils.plot import ceiling_line, figure, version_style
+    fig, axes = figure(1, 1, height=3.2)
+    ax = axes[0, 0]
+    order = list(VECTOR_ADD)
+    for label, frac in g.items():
+        ax.plot(list(frac), [100 * f for f in frac.values()], label=label, **version_style(order.index(label)))
+    ceiling_line(ax, 100, "copy (this run)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set().union(*g.values())), [str(k) for k in sorted(set().union(*g.values()))])
+    ax.set_xlabel("blocks per SM (256 threads each)")
+    ax.set_ylabel("% of copy bandwidth")
+    ax.set_ylim(0, 115)
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    return fig
+
+
 # --- branch divergence -------------------------------------------------------------------------------
 
 BRANCH_KERNELS = {"lane": "branch_by_lane", "warp": "branch_by_warp"}
@@ -369,20 +513,65 @@ def branch_sweep(rec, n: int, paths=BRANCH_PATHS, iters: int = BRANCH_ITERS, see
     return times
 
 
+def plain_log_ticks(axis) -> None:
+    """Ticks of a log axis at 1, 2, 5 x 10^k, labelled as plain numbers (0.2, 1, 5) rather than powers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def plot_branch(times: dict, paths=BRANCH_PATHS, title: str = ""):
     """Time against the number of distinct paths, by lane and by warp, with paths x time(1 path)."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    ax.plot(paths, times["lane"], "o-", label="branch by lane (divergent in each warp)")
-    ax.plot(paths, times["warp"], "s-", label="branch by warp (uniform in each warp)")
+    from utils.plot import figure, version_style
+    fig, axes = figure(1, 1, height=3.2)
+    ax = axes[0, 0]
+    ax.plot(paths, times["lane"], label="branch by lane (divergent in each warp)", **version_style(0))
+    ax.plot(paths, times["warp"], label="branch by warp (uniform in each warp)", **version_style(1))
     ax.plot(paths, times["lane"][0] * np.array(paths), "k:", lw=1, label="paths x time(1 path)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.set_xticks(list(paths), [str(p) for p in paths])
+    plain_log_ticks(ax.yaxis)
     ax.set_xlabel("distinct paths")
     ax.set_ylabel("time (ms)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend()
     return fig
+
+
+def print_branch(rec, times: dict, n: int, paths=BRANCH_PATHS) -> None:
+    """The branch sweep read out: one path's TFLOP/s against the datasheet's FP32 peak (predicted 80%),
+    time over time(1 path) by lane and by warp, and the two ratios the text predicts (32x and 1x)."""
+    from utils.hardware import datasheet
+    e1 = rec.get("branch", "by_lane", shape=[n, paths[0]])
+    try:
+        fp32_peak = datasheet()["fp32"]
+        print(f"1 path: {e1['metric']:.1f} TFLOP/s = {e1['metric'] / fp32_peak:.0%} of the datasheet fp32 peak "
+              f"(predicted 80%: ratio {e1['metric'] / fp32_peak / 0.80:.2f})")
+    except KeyError:
+        print(f"1 path: {e1['metric']:.1f} TFLOP/s")
+    for by in ("lane", "warp"):
+        r = times[by] / times[by][0]
+        print(f"by {by}: time / time(1 path) = " + ", ".join(f"{x:.2f}" for x in r) + f"  for paths = {tuple(paths)}")
+    lane = times["lane"][-1] / times["lane"][0]
+    print(f"By lane, {paths[-1]} paths cost {lane:.1f}x one path (predicted {paths[-1]}x: ratio "
+          f"{lane / paths[-1]:.2f}); by warp, the slowest point is {times['warp'].max() / times['warp'].min():.2f}x "
+          f"the fastest (predicted 1x).")
+
+
+def print_branch_sass(kernel: str = "branch_by_lane") -> None:
+    """The control flow of ``kernel``'s SASS between its first BSSY and its last BSYNC (FFMA runs folded);
+    where there is no SASS (cuobjdump comes with the CUDA toolkit), one line describing it."""
+    try:
+        from utils.build import sass
+        lines = sass_summary(sass(SOURCE, kernel))
+        first = next(i for i, s in enumerate(lines) if s.startswith("BSSY"))
+        last = max(i for i, s in enumerate(lines) if s.startswith("BSYNC"))
+        print("\n".join(lines[first:last + 2]))
+    except Exception as e:  # noqa: BLE001 - needs cuobjdump (CUDA toolkit): an aside, never a blocker
+        print(f"SASS not available here ({type(e).__name__}); the loop is BSSY, a predicated BRA around "
+              "the FFMA body, BSYNC")
 
 
 # --- latency hiding: the read stream ----------------------------------------------------------------
@@ -422,6 +611,67 @@ def launch_read_sum(x4, out, smid, *, ilp: int, threads: int, blocks: int):
     expect_array(smid, "smid", dtype=np.int32, shape=(int(blocks),), align=4)
     SOURCE.function(name)((int(blocks),), (threads,), (x4, np.int64(x4.shape[0]), out, smid))
     return out
+
+
+READ_N4 = 1 << 25                       # float4 in the read stream: 512 MiB, 8x the H200's L2
+
+
+@dataclasses.dataclass(frozen=True)
+class LatencySweep:
+    entries: list       # the record's latency_sweep entries: shape (n4, warps per SM, ILP), GB/s
+    skipped: list       # (warps per SM, ILP) the registers do not allow
+    uneven: list        # (distinct SMs, fewest blocks, most, wanted) of every launch not spread evenly
+
+
+def latency_configs(fits) -> tuple[list, list]:
+    """(warps, ILP, threads, blocks per SM) of the sweep's points: those ``fits(ilp, threads)`` (the
+    driver's resident blocks per SM) allows, and those it does not."""
+    configs, skipped = [], []
+    for ilp in READ_ILPS:
+        for w in READ_WARPS:
+            threads, bps = read_config(w)
+            (configs if bps <= fits(ilp, threads) else skipped).append((w, ilp, threads, bps))
+    return configs, skipped
+
+
+def latency_sweep(rec, sms: int, n4: int = READ_N4, seed: int = 4) -> LatencySweep:
+    """The read stream at every (warps per SM, ILP) the registers allow: each launch exactly
+    SMs x blocks per SM, checked against float64 per-thread sums, recorded as op ``latency_sweep``
+    (impl ``read_ilp<k>``, shape (n4, warps, ILP)); each block records its SM, to confirm the placement."""
+    import cupy
+
+    from utils.arrays import random_normal
+    from utils.check import assert_close, poisoned
+    from utils.version import driver_blocks_per_sm
+    x4, _ = random_normal((n4, 4), "float32", seed=seed)
+    x4sum = x4.astype(cupy.float64).sum(axis=1)              # per-float4 sums for the reference
+    configs, skipped = latency_configs(
+        lambda ilp, threads: driver_blocks_per_sm(SOURCE.function(read_kernel(ilp)), threads))
+    print("registers per thread: " + ", ".join(f"ILP {i}: {kernel_resources(read_kernel(i))['registers']}"
+                                              for i in READ_ILPS))
+    print(f"{len(configs)} configurations; skipped (registers do not allow that many warps): "
+          + (", ".join(f"{w} warps x ILP {i}" for w, i, _, _ in skipped) or "none"))
+    placement = []
+    for w, ilp, threads, bps in progress(configs, desc="latency sweep"):
+        blocks = bps * sms
+        out = poisoned(blocks * threads, np.float32)
+        smid = cupy.full(blocks, -1, dtype=cupy.int32)
+        want = read_sum_ref(x4sum, blocks * threads)
+
+        def run(ilp=ilp, threads=threads, blocks=blocks, out=out, smid=smid):
+            launch_read_sum(x4, out, smid, ilp=ilp, threads=threads, blocks=blocks)
+
+        def check(out=out, want=want, w=w, ilp=ilp):
+            assert_close(out, want, dtype="float32", name=f"read_sum {w} warps ILP {ilp}")
+        run()
+        check()
+        _, per_sm = np.unique(smid.get(), return_counts=True)
+        placement.append((len(per_sm), int(per_sm.min()), int(per_sm.max()), bps))
+        rec.time("latency_sweep", f"read_ilp{ilp}", run, dtype="float32", shape=(n4, w, ilp),
+                 nbytes=read_sum_nbytes(n4, blocks * threads), check=check, target_ms=100)
+    uneven = [p for p in placement if not (p[0] == sms and p[1] == p[2] == p[3])]
+    print(f"block placement (distinct SMs, fewest, most, wanted) where uneven: {uneven or 'none'}")
+    return LatencySweep(rec.find("latency_sweep"), [(w, i) for w, i, _, _ in skipped], uneven)
 
 
 # --- reading the compiler's output --------------------------------------------------------------------
@@ -520,18 +770,95 @@ def swept_gbps(entries, inflight_bytes: float) -> float:
 
 def plot_latency_sweep(entries, sms: int, copy_gbps: float, latency_ns: float):
     """Bandwidth against load bytes in flight per SM, one marker per ILP, with min(copy, Little's law)."""
-    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from utils.plot import ceiling_line, figure, version_style
     _, ilp, inflight, gbps = sweep_points(entries)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for k, marker in zip(READ_ILPS, "os^D"):
-        ax.scatter(inflight[ilp == k] / 1024, gbps[ilp == k], marker=marker, label=f"ILP {k}", zorder=3)
+    fig, axes = figure(1, 1, height=3.8)
+    ax = axes[0, 0]
+    for i, k in enumerate(READ_ILPS):
+        ax.scatter(inflight[ilp == k] / 1024, gbps[ilp == k], label=f"ILP {k}", zorder=3, **version_style(i))
     xs = np.logspace(np.log10(inflight.min() / 1024 / 1.5), np.log10(inflight.max() / 1024 * 1.5), 100)
     ax.plot(xs, np.minimum(littles_law_gbps(xs * 1024, sms, latency_ns), copy_gbps), "k:", lw=1,
             label=f"min(copy, Little's law at {latency_ns:.0f} ns)")
-    ax.axhline(copy_gbps, color="k", ls="--", lw=1, label="copy (this run)")
+    ceiling_line(ax, copy_gbps, "copy (this run)")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("load bytes in flight per SM (KiB) = warps x 512 B x ILP")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("load KiB in flight per SM = warps x 512 B x ILP")
     ax.set_ylabel("GB/s")
+    ax.set_ylim(0, 1.15 * max(copy_gbps, gbps.max()))
     ax.set_title("read bandwidth vs bytes in flight (512 MiB stream)")
-    ax.legend(fontsize=8)
+    ax.legend(loc="lower right")
     return fig
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepReading:
+    best_warps: int       # the fastest point of the sweep: warps per SM
+    best_ilp: int         # and its ILP
+    pairs: list           # bandwidth of (w warps, ILP k) over (w * k warps, ILP 1), every pair swept
+    ilp8_16w: float       # ILP 8 with 16 warps per SM, fraction of copy (NaN where not swept)
+
+
+def read_latency_sweep(entries, fit: LatencyFit, copy_gbps: float, predicted_ns: float = 650) -> SweepReading:
+    """The sweep read out, printed: the implied latency against the prediction, the knee, the fastest
+    point, and how ILP compares with warps at equal bytes in flight."""
+    print(f"implied memory latency (median over {fit.points} points below half of copy): {fit.latency_ns:.0f} ns "
+          f"(predicted {predicted_ns:.0f} ns: ratio {fit.latency_ns / predicted_ns:.2f})")
+    print(f"Little's law knee: copy bandwidth x latency / SMs = {fit.knee_bytes / 1024:.1f} KiB in flight per SM")
+    best = max(entries, key=lambda e: e["metric"])
+    print(f"best point: {best['shape'][1]} warps x ILP {best['shape'][2]}: {best['metric']:,.0f} GB/s "
+          f"= {best['metric'] / copy_gbps:.0%} of copy")
+    pairs = ilp_over_warps(entries)
+    if pairs:
+        print(f"same bytes in flight from ILP instead of warps: bandwidth ratio {min(pairs):.2f} .. "
+              f"{max(pairs):.2f} over {len(pairs)} pairs (1.00 = interchangeable)")
+    ilp8_16 = [e["metric"] / copy_gbps for e in entries if e["shape"][1] == 16 and e["shape"][2] == 8]
+    return SweepReading(int(best["shape"][1]), int(best["shape"][2]), pairs,
+                        ilp8_16[0] if ilp8_16 else float("nan"))
+
+
+def pointer_chase_ns(gpu: str | None = None, root=None, min_ws_bytes: int = 256 << 20) -> float | None:
+    """Chapter 4's pointer chase on this GPU, from its stored record: the median ns per load over working
+    sets of ``min_ws_bytes`` and more (HBM, unloaded); None where chapter 4 has no such entry."""
+    from utils.gpu import gpu_slug
+    from utils.paths import REPO
+    from utils.record import load
+    chase = [e for e in load(gpu or gpu_slug(), "04-memory-hierarchy", root=root or REPO / "results")
+             if e["op"] == "pointer_chase" and e.get("ws_bytes", 0) >= min_ws_bytes]
+    return float(np.median([e["ns_per_load"] for e in chase])) if chase else None
+
+
+@dataclasses.dataclass(frozen=True)
+class KneeView:
+    table: object         # a utils.table.Table, one row per version
+    inflight: dict        # label -> load bytes in flight per SM (every warp's loads out at once: a bound)
+    swept: dict           # label -> the read sweep's GB/s at those bytes in flight
+    measured: dict        # label -> the version's measured GB/s
+
+
+def versions_at_the_knee(rec, resident: dict, per_thread: dict, entries, sms: int, copy_gbps: float,
+                         latency_ns: float, knee_bytes: float) -> KneeView:
+    """Each vector-add version's bytes in flight per SM (resident blocks x THREADS x ``per_thread`` load
+    bytes) beside what Little's law at the unloaded latency and the read sweep give for them, and what
+    it measured. Prints v0's row against the knee."""
+    from utils.table import Table
+    rows, inflight, swept, meas = [], {}, {}, {}
+    for label, bpt in per_thread.items():
+        warps = resident[label] * THREADS // WARP
+        inflight[label] = warps * WARP * bpt
+        pred = min(copy_gbps, littles_law_gbps(inflight[label], sms, latency_ns))
+        swept[label] = swept_gbps(entries, inflight[label])
+        meas[label] = rec.get("vector_add", label)["metric"]
+        rows.append([label, warps, bpt, f"{inflight[label] / 1024:.0f}", f"{pred / copy_gbps:.0%}",
+                     f"{swept[label] / copy_gbps:.0%}", f"{meas[label] / copy_gbps:.0%}"])
+    v0 = "v0_one_per_thread"
+    if v0 in per_thread:
+        print(f"v0: {inflight[v0] / 1024:.0f} KiB in flight per SM (knee {knee_bytes / 1024:.0f} KiB); the read "
+              f"sweep at that point reaches {swept[v0] / copy_gbps:.0%} of copy; measured "
+              + ", ".join(f"{lab.split('_')[0]} {meas[lab] / copy_gbps:.0%}" for lab in (v0, "v2_float4")
+                          if lab in meas))
+    table = Table(["version", "warps per SM", "load bytes in flight per thread", "KiB in flight per SM",
+                   "Little's law at the unloaded latency, of copy", "read sweep at those bytes in flight, of copy",
+                   "measured, of copy"], rows)
+    return KneeView(table, inflight, swept, meas)

@@ -168,3 +168,11 @@ def ladder(rec, shapes=(CHAPTER_SHAPE,), seed: int = 4):
     return Ladder(rec, VERSIONS, shapes=shapes, dtypes=["float32"], make=make_case,
                   reference=lambda case: reference(case.args[0]), nbytes=lambda shape, dtype: nbytes(*shape),
                   odd_shapes=ODD_SHAPES, peers=peers(), tol={"float32": 0.0}, ceiling="copy", seed=seed)
+
+
+def peer_table(entries, copy_gbps: float, predicted: float):
+    """The peers' timings (record entries) as a fraction of this run's copy, beside the predicted fraction."""
+    from utils.table import Table
+    return Table(["peer", "µs", "GB/s", "of copy", "predicted"],
+                 [[e["impl"], f"{e['ms'] * 1e3:.0f}", f"{e['metric']:.0f}", f"{e['metric'] / copy_gbps:.1%}",
+                   f"{predicted:.0%}"] for e in entries])

@@ -234,3 +234,106 @@ def test_datasheet_and_orientation_tables():
     assert ratio == {"ceiling.copy": pytest.approx(1.02), "torch.matmul.tf32": pytest.approx(1.2)}
     assert table.column("within 10%")[0] == "yes" and "NO" in table.column("within 10%")
     assert "not measured" in table.column("measured here") and table.rows[-1][0] == "ceiling.fma_fp32"
+
+
+# --- the chapter's tables and readings, from made-up figures -------------------------------------------
+
+def test_device_table_says_na_where_the_device_gives_nothing():
+    dev = {"name": "NVIDIA H200", "cc": "9.0", "sms": 132, "regs_per_sm": 65536, "max_threads_per_sm": 2048,
+           "smem_per_sm": 233472, "smem_per_block_optin": 232448, "l2_bytes": 60 << 20, "memory_bytes": 150e9}
+    clk = {"sm_khz": 1_980_000, "mem_khz": None, "bus_bits": 6144}
+    t = C.device_table(dev, clk, None)
+    value = dict(zip(t.column("property (reported by the device)"), t.column("value")))
+    assert value["SMs"] == "132" and value["max SM clock (MHz)"] == "1,980" and value["L2 (MiB)"] == "60"
+    assert value["shared memory per SM (KiB)"] == "228" and value["memory bus width (bits)"] == "6,144"
+    assert value["memory clock (MHz)"] == "n/a" and value["HBM peak = clock x 2 x bus / 8 (GB/s)"] == "n/a"
+    t = C.device_table(dev, dict(clk, mem_khz=2_619_000), C.hbm_peak_gbps(2_619_000, 6144))
+    assert t.rows[-1][1] == "4,023"
+
+
+def test_datasheet_here(capsys):
+    dev = {"name": "NVIDIA H200", "sms": 132, "l2_bytes": 60 << 20}
+    assert C.datasheet_here(dev)["part"] == "H200"
+    assert "matches the H200 datasheet; SMs reported 132 vs datasheet 132, L2 reported 60 MiB" in capsys.readouterr().out
+    assert C.datasheet_here(dict(dev, name="NVIDIA RTX 4090")) is None
+    assert "no datasheet figures" in capsys.readouterr().out
+
+
+def test_hbm_table():
+    rows = {"cudaMemcpyAsync D2D": {"metric": 4200.0}, "read_v1_vec4 (reads only)": {"metric": 4410.0}}
+    t = C.hbm_table(rows, 4200.0, 4800.0, None)
+    assert t.column("GB/s") == ["4,200", "4,410"] and t.column("of datasheet") == ["87.5%", "91.9%"]
+    assert t.column("of clock x bus") == ["n/a", "n/a"] and t.column("of cudaMemcpy") == ["1.000", "1.050"]
+
+
+def test_l2_sweep_sizes_repeats_and_best():
+    assert C.L2_SIZES_MIB[0] < 60 / 3 and C.L2_SIZES_MIB[-1] > 4 * 60     # plateau points, and far past the L2
+    # floats of the buffer: 4 MiB is read 2048 times per launch, 64 MiB 128 times, 16 GiB once
+    assert C.l2_repeats(1 << 20) == 2048 and C.l2_repeats(16 << 20) == 128 and C.l2_repeats(1 << 32) == 1
+    entries = [{"shape": [m * 2**20 // 4], "metric": g} for m, g in ((4, 9000.0), (12, 9500.0), (24, 9900.0), (72, 7000.0))]
+    assert C.l2_best(entries, 60.0)["metric"] == 9500.0          # 24 MiB is over a third of 60 MiB
+
+
+def l2_entries():
+    mib_tbs = [(4, 9.6), (12, 8.9), (20, 9.1), (28, 9.1), (36, 9.0), (44, 6.0), (52, 8.9), (60, 8.3),
+               (72, 7.3), (96, 6.4), (256, 5.0)]
+    return [{"shape": [m * 2**20 // 4], "metric": t * 1e3} for m, t in mib_tbs]
+
+
+def test_print_l2_sweep(capsys):
+    s = C.l2_sweep(l2_entries(), 60 << 20, hbm_read_gbps=4500.0)
+    C.print_l2_sweep(s, 9.6, 1.98)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("L2 read, best size below a third of the L2: 9.60 TB/s = 2.13x the HBM read; prediction "
+                      "~10 TB/s (ratio 0.96)")
+    assert out[1].startswith("= 4,848 B/clk at the 1.98 GHz max clock")
+    assert out[3].startswith("half to all of L2") and "36, 44, 52, 60 MiB: median 8.60 TB/s, height 0.89" in out[3]
+    assert "from 96 MiB (1.6x the L2) on" in out[5] and out[6].endswith("1.11x the flushed HBM read")
+    C.print_l2_sweep(s, 9.6, None)
+    assert "B/clk" not in capsys.readouterr().out
+
+
+def test_print_smem(capsys):
+    run = C.SmemRun({"metric": 33000.0, "ms": 0.5}, ghz=1.95, loop_cycles=900_000, loop_ns=460_000, iters=1024)
+    C.print_smem(run, 132, 1.98, bpc=128.2, bpc_loop=120.0)
+    out = capsys.readouterr().out
+    assert "33.0 TB/s in total, 250 GB/s per SM" in out and "1.950 GHz; max clock reported 1.980 GHz" in out
+    assert "128.2 over the timed launch, 120.0 for block 0 inside its own loop, which took 92.0% of the timed" in out
+    assert ("prediction 128 B/clk x 132 SMs x 1.98 GHz = 33.5 TB/s; measured / predicted = 0.986 = clock 0.985 "
+            "(loop / max) x per clock 1.002") in out
+
+
+def test_fma_readings(capsys):
+    e = {"flops": 2 * 8 * 32768 * 270336, "ms": 2.2, "metric": 64.4}
+    assert C.flop_per_clock_per_sm(e, 1.98, 132) == pytest.approx(e["flops"] / 2.2e-3 / 1.98e9 / 132)
+    run = C.FmaRun(e, dict(e, metric=64.3, ms=2.203), 1.98, 1.98, 1.1e-4)
+    C.print_fma(run, 132, 1.98, {"fp32": 67.0})
+    out = capsys.readouterr().out
+    assert "relative error vs float64 closed form 1.1e-04 (tolerance 1e-03)" in out
+    assert "measured / predicted = 0.963 = clock 1.000 (loop / max)" in out and "issue-slot bound 0.988" in out
+    assert "measured / datasheet FP32 (67.0) = 0.961" in out and "busy vs exact data: +0.2%" in out
+
+
+def test_gemm_table_and_roofline_points():
+    entries = [{"impl": "cublas_bf16", "dtype": "bfloat16", "shape": [8192] * 3, "ms": 1.6, "metric": 686.0},
+               {"impl": "cublas_fp32", "dtype": "float32", "shape": [4096] * 3, "ms": 2.7, "metric": 51.0,
+                "bytes": 12345},
+               {"impl": "torch.matmul.tf32", "dtype": "tf32", "shape": [4096] * 3, "ms": 0.4, "metric": 359.0}]
+    t = C.gemm_table(entries, {"bf16": 989.4, "fp32": 67.0, "tf32": 494.7}, {"cublas_fp32": 1.2e-7})
+    assert t.column("shape") == ["8192×8192×8192", "4096×4096×4096", "4096×4096×4096"]
+    assert t.column("of datasheet peak") == ["69%", "76%", "73%"]
+    assert t.column("rel. error (64 rows)") == ["bf16 checked < 1e-2", "1.2e-07", "bf16 checked < 1e-2"]
+    assert C.gemm_table(entries, None, {}).column("of datasheet peak") == ["n/a"] * 3
+    fma = {"impl": "ceiling.fma_fp32", "bytes": 64}
+    pts = C.roofline_points(fma, entries)
+    assert pts[0] is fma and [p["bytes"] for p in pts[1:]] == [3 * 8192 ** 2 * 2, 12345, 3 * 4096 ** 2 * 4]
+    assert "bytes" not in entries[0]                              # the record's entries stay as they are
+
+
+def test_print_ridge_points(capsys):
+    from utils.hardware import DATASHEET
+    C.print_ridge_points({"copy": 4200.0, "fma_fp32": 63.0, "cublas_bf16": 735.0}, DATASHEET["H200"], DATASHEET["A100"])
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["ridge points from the measured ceilings: FP32 15.0 FLOP/B, bf16 (cuBLAS) 175 FLOP/B",
+                   "from the datasheet: FP32 14.0 FLOP/B, bf16 206 FLOP/B",
+                   "A100 datasheet for contrast: FP32 9.6 FLOP/B, bf16 153 FLOP/B"]

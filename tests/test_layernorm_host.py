@@ -35,7 +35,7 @@ def test_naive_variance_cancels_for_a_large_mean():
     true = float(np.var(x.astype(np.float64)))
     assert abs(L.var_naive(x) - true) > 0.5 * true          # wrong in the leading digit (or worse)
     assert abs(L.var_twopass(x) - true) < 1e-2 * true
-    n, mean, m2 = L.welford_state(x)
+    n, _mean, m2 = L.welford_state(x)
     assert n == 2048 and abs(m2 / n - true) < 1e-2 * true
 
 
@@ -73,7 +73,7 @@ def test_chan_merge_matches_the_whole(parts):
 @pytest.mark.parametrize("parts", [1, 2, 4, 8])
 def test_twopass_chan_survives_a_large_mean(parts):
     x = (1e4 + seeded().standard_normal(4096)).astype(np.float32)
-    n, mean, m2 = L.twopass_chan(x, parts)
+    n, _mean, m2 = L.twopass_chan(x, parts)
     x64 = x.astype(np.float64)
     assert n == 4096 and abs(m2 / n - x64.var()) < 1e-2 * x64.var()
 
@@ -384,13 +384,14 @@ def test_early_arrive_kernels_split_the_exit_barrier():
     relaxed arrive, after its acquire DSMEM reads and before its stores, and its last wait after the
     stores."""
     import re
+
     from utils.build import ptx
     lay = L.Layout(256, 256, 64, 4)
     twins = {"layernorm_v8_early_arrive": L.V6_CLUSTER_SOURCE, "rmsnorm_v6_early_arrive": L.V5_CLUSTER_SOURCE}
     bodies = {}
     for src in (L.V8_SOURCE, *twins.values()):
         bodies.update({m.group(1): m.group(2)
-                       for m in re.finditer(r"\.entry (\w+)\((.*?)\n}\n", ptx(src), re.S)})
+                       for m in re.finditer(r"\.entry (\w+)\((.*?)\n}\n", ptx(src), re.DOTALL)})
 
     def body(kernel):
         (b,) = [b for k, b in bodies.items() if kernel in k and "Li256ELi256ELi64ELi4EEv" in k]

@@ -7,7 +7,7 @@ from kernels import launch as ln
 from kernels import progmodel as pm
 from tests.fakes import FakeDeviceArray
 from utils.check import CheckFailed
-
+from utils.record import Record
 
 # --- whoami -------------------------------------------------------------------------------------------
 
@@ -292,7 +292,8 @@ def test_pictures_and_readings_of_the_experiments():
     assert fit.worst == pytest.approx(0, abs=1e-9) and fit.holds(20.0) and not fit.holds(40.0)
     with pytest.raises(ValueError, match="133"):
         pm.fit_staircase(blocks[blocks != 133], us[blocks != 133], per_wave)
-    assert pm.plot_staircases({"k = 1": (blocks, us, fit)}).axes
+    assert fit.blocks == tuple(blocks) and fit.us == pytest.approx(tuple(us))
+    assert pm.plot_staircases({1: fit}).axes
     a = np.arange(10) * 1000
     assert pm.plot_wave_stamps(a, a + 20000, 4, "stamps").axes
     marks = [(0.0, 0.3, 0.6), (0.3, 0.6, 0.9)]
@@ -308,3 +309,126 @@ def test_launch_cost_helpers():
     launches = [{"impl": i, "metric": 1.0 + k} for k, i in enumerate(ln.LAUNCH_IMPLS)]
     pipe = [{"impl": "serial.1stream", "ms": 4.7}, {"impl": "overlap.3streams", "ms": 2.9}]
     assert len(ln.plot_costs(launches, pipe, {"model.serial": 4.6, "model.overlap.3streams": 2.8}).axes) == 2
+
+
+# --- the chapter's experiments, read and described on the host ------------------------------------------
+
+FAKE_DEV = {"sms": 132, "max_threads_per_sm": 2048, "regs_per_sm": 65536, "smem_per_sm": 233472,
+            "smem_per_block_optin": 232448, "l2_bytes": 60 << 20, "memory_bytes": 140 << 30}
+
+
+def test_device_facts_and_whoami_readings():
+    t = pm.device_facts(FAKE_DEV)
+    assert t.column("value") == ["132", "2,048", "64", "65,536", "233,472", "232,448", "60"]
+    grid, block = (3, 2, 2), (5, 3, 4)
+    table = pm.whoami_expected(grid, block)
+    table[:, pm.SMID] = np.repeat(np.arange(12) + 100, 60)
+    text = pm.describe_whoami(table, grid, block)
+    assert text.splitlines() == [
+        "720 threads = 12 blocks x 60: every field but smid matches the formulas; %laneid == tid % 32 on all of them",
+        "a block holds 2 warps of [32, 28] threads: 4 of its 64 lanes idle",
+        "the 12 blocks landed on 12 different SMs"]
+    rows = pm.whoami_rows(table)
+    assert rows.columns == list(pm.WHOAMI_FIELDS) and len(rows.rows) == len(pm.WHOAMI_PICK)
+    assert rows.rows[5][pm.WHOAMI_FIELDS.index("global_id")] == "32" and rows.rows[-1][8] == "719"
+
+
+def test_wave_configs_tables_and_labels(monkeypatch):
+    monkeypatch.setattr(pm, "wave_kernel", lambda smem: smem)
+    monkeypatch.setattr(pm, "resident_blocks", lambda fn, threads, smem: 233472 // (smem + 1024))
+    occ = pm.wave_configs((1, 2, 4), smem_per_sm=233472, sms=132)
+    assert [(o.k, o.resident, o.per_wave) for o in occ.values()] == [(1, 1, 132), (2, 2, 264), (4, 4, 528)]
+    assert occ[2].smem == pm.wave_smem_bytes(2)
+    t = pm.wave_config_table(occ)
+    assert t.column("blocks per wave W") == ["132", "264", "528"] and t.rows[0][1] == f"{pm.wave_smem_bytes(1):,}"
+    assert pm.wave_label(4, 20_000) == "wait20us.4_per_sm"
+
+
+class ClockRecord(Record):
+    """A Record whose ``time`` runs ``fn`` once and records a time from ``ms_of(op, impl, shape)``: the
+    chapter's bookkeeping without a GPU."""
+
+    def __init__(self, tmp_path, ms_of):
+        super().__init__("03-test", gpu="test", root=tmp_path)
+        self.ms_of = ms_of
+
+    def time(self, op, impl, fn, *, dtype, shape, nbytes=None, flops=None, is_peer=False, check=None,
+             metric_name=None, extra=None, **bench_kw):
+        fn()
+        if check is not None:
+            check()
+        return self.add(op, impl, dtype=dtype, shape=shape, ms=self.ms_of(op, impl, tuple(shape)), nbytes=nbytes,
+                        flops=flops, is_peer=is_peer, metric_name=metric_name, **(extra or {}))
+
+
+def test_wave_sweep_records_every_grid_size_and_the_fit_reads_them(tmp_path, monkeypatch):
+    import sys
+    import types
+    fake_tqdm = types.ModuleType("tqdm.auto")
+    fake_tqdm.tqdm = lambda it, **kw: it
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    monkeypatch.setitem(sys.modules, "tqdm.auto", fake_tqdm)
+    monkeypatch.setitem(sys.modules, "cupy", np)               # cupy.empty(n, dtype=cupy.int32) works on NumPy
+    launched = []
+    monkeypatch.setattr(pm, "launch_wave_spin", lambda b, ns, smem, *arrays: launched.append((b, ns, smem)))
+    occ = {k: pm.WaveConfig(k, 1000 * k, k, 4 * k) for k in (1, 2)}          # a GPU of 4 SMs
+    rec = ClockRecord(tmp_path, lambda op, impl, shape: (2.5 + 20.4 * -(-shape[0] // (4 * int(impl[9])))) / 1e3)
+    sweep = pm.wave_sweep(rec, occ, 20_000)
+    assert sweep == {k: pm.wave_points(4 * k) for k in (1, 2)}
+    assert launched == [(b, 20_000, occ[k].smem) for k in (1, 2) for b in sweep[k]]
+    assert len(rec.entries) == len(launched)
+    e = rec.get("waves", "wait20us.2_per_sm", shape=(9,))
+    assert e["metric_name"] == "us" and e["dtype"] == "none" and e["metric"] == pytest.approx(2.5 + 20.4 * 2)
+    fits = pm.fit_wave_sweep(rec, occ, sweep, 20_000)
+    assert fits[2].per_wave == 8 and fits[2].slope == pytest.approx(20.4) and fits[2].fixed == pytest.approx(2.5)
+    report = pm.staircase_report(fits, 20.0).splitlines()
+    assert report[1] == ("k=2: each wave adds 20.4 us (1.02x the 20 us a block stays), fixed part 2.5 us; going "
+                         "from W=8 to W+1 blocks adds 20.4 us; model off by at most 0.0 us")
+    shown = pm.summary_entries(rec.entries + [dict(e, op="launch"), dict(e, op="cluster_reduce")])
+    assert [(x["op"], x["shape"][0]) for x in shown] == [("launch", 9), ("waves", 1), ("waves", 14),
+                                                        ("waves", 1), ("waves", 28)]
+
+
+def test_wave_stamps_are_checked_and_split_into_waves():
+    per_wave, sms, ns = 8, 4, 20_000                      # 2 blocks per SM, 20 blocks: waves of 8, 8, 4
+    b = np.arange(20)
+    start = (b // per_wave) * 20_500 + b                  # a few ns apart inside a wave
+    smid = (b % per_wave) // 2
+    st = pm.read_wave_stamps(smid, start, start + ns + 10, ns=ns, sms=sms)
+    assert st.sizes == [8, 8, 4] and st.in_order and st.per_sm.tolist() == [2, 2, 2, 2]
+    assert st.first_wave_sms == 4 and st.wave_of.tolist() == (b // per_wave).tolist()
+    assert st.describe().splitlines()[0] == "20 blocks started in 3 waves of [8, 8, 4] blocks"
+    assert "wave 1 used 4 of 4 SMs, 2 to 2 blocks on each" in st.describe()
+    with pytest.raises(CheckFailed, match="stayed less"):
+        pm.read_wave_stamps(smid, start, start + ns - 1, ns=ns, sms=sms)
+    with pytest.raises(CheckFailed, match="no SM"):
+        pm.read_wave_stamps(np.full(20, -1), start, start + ns, ns=ns, sms=sms)
+    shuffled = start.copy()
+    shuffled[[3, 12]] = shuffled[[12, 3]]
+    assert not pm.read_wave_stamps(smid, shuffled, shuffled + ns, ns=ns, sms=sms).in_order
+
+
+def test_filter_readings():
+    r = pm.FilterRun(2.0, 0.023, {"v0_atomic": 0.9, "v1_coalesced": 0.9, "v2_block": 0.25}, 1100.0)
+    assert r.v0_over_v1 == 1.0 and r.v1_over_v2 == pytest.approx(3.6)
+    assert r.describe(4400.0) == ("x > 2 keeps 2.3%: v0_atomic 0.900 ms, v1_coalesced 0.900 ms, v2_block 0.250 ms; "
+                                  "v0/v1 = 1.00, v1/v2 = 3.6x, v2 at 0.25 of the copy bandwidth")
+    assert pm.filter_op(0.0) == "filter_gt0" and pm.filter_op(2.0) == "filter_gt2"
+
+
+SASS = """
+        /*0080*/                   VOTEU.ANY UR4, UPT, PT ;
+        /*0090*/                   FLO.U32 R7, UR4 ;
+        /*00a0*/              @!P0 BRA `(.L_x_1) ;
+        /*00b0*/                   POPC R9, UR4 ;
+        /*00c0*/               @P1 ATOMG.E.ADD.STRONG.GPU PT, R11, desc[UR6][R2.64], R9 ;
+        /*00d0*/                   SHFL.IDX PT, R13, R11, R7, 0x1f ;
+        /*00e0*/                   STG.E desc[UR6][R4.64], R0 ;
+"""
+
+
+def test_warp_ops_read_a_sass_listing():
+    ops = pm.warp_ops(SASS)
+    assert ops == ["VOTEU.ANY", "FLO.U32", "POPC", "ATOMG.E.ADD.STRONG.GPU", "SHFL.IDX"]
+    assert pm.aggregated_per_warp(ops)
+    assert not pm.aggregated_per_warp(["ATOMG.E.ADD.STRONG.GPU"])

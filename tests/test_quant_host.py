@@ -120,9 +120,9 @@ def test_cost_models():
 # --- versions and problems: validation, plans (pure, on fake device arrays) -------------------------
 
 def gemv_args(K=256, N=64, **override):
-    args = dict(x=FakeDeviceArray((1, K), BF16), qweight=FakeDeviceArray((K // 8, N), np.int32),
-                qzeros=FakeDeviceArray((K // 128, N // 8), np.int32),
-                scales=FakeDeviceArray((K // 128, N), BF16), out=FakeDeviceArray((1, N), BF16))
+    args = {"x": FakeDeviceArray((1, K), BF16), "qweight": FakeDeviceArray((K // 8, N), np.int32),
+            "qzeros": FakeDeviceArray((K // 128, N // 8), np.int32),
+            "scales": FakeDeviceArray((K // 128, N), BF16), "out": FakeDeviceArray((1, N), BF16)}
     args.update(override)
     return args
 
@@ -135,9 +135,9 @@ def gemv_problem_with_copies(K, N, splits=None):
 
 
 def gemm_args(M=16, K=256, N=64, **override):
-    args = dict(a=FakeDeviceArray((M, K), BF16), qmma=FakeDeviceArray((N // 16, K // 64, 32, 4), np.int32),
-                qzeros=FakeDeviceArray((K // 128, N // 8), np.int32), scales=FakeDeviceArray((K // 128, N), BF16),
-                out=FakeDeviceArray((M, N), BF16))
+    args = {"a": FakeDeviceArray((M, K), BF16), "qmma": FakeDeviceArray((N // 16, K // 64, 32, 4), np.int32),
+            "qzeros": FakeDeviceArray((K // 128, N // 8), np.int32), "scales": FakeDeviceArray((K // 128, N), BF16),
+            "out": FakeDeviceArray((M, N), BF16)}
     args.update(override)
     return args
 
@@ -149,16 +149,16 @@ def test_gemv_grid_covers_every_column():
 
 
 @pytest.mark.parametrize("override,msg", [
-    (dict(x=FakeDeviceArray((1, 200), BF16), qweight=FakeDeviceArray((25, 64), np.int32)), "multiple of the group size 128"),
-    (dict(x=FakeDeviceArray((2, 256), BF16)), "batch 1"),
-    (dict(x=FakeDeviceArray((1, 256), np.float16)), "dtype bfloat16"),
-    (dict(qweight=FakeDeviceArray((32, 60), np.int32)), "multiple of 8"),
-    (dict(qweight=FakeDeviceArray((16, 64), np.int32)), r"expected shape \(32, 64\)"),
-    (dict(qzeros=FakeDeviceArray((2, 64), np.int32)), r"expected shape \(2, 8\)"),
-    (dict(scales=FakeDeviceArray((2, 64), np.float16)), "dtype bfloat16"),
-    (dict(out=FakeDeviceArray((1, 64), np.float32)), "dtype bfloat16"),
-    (dict(qweight=FakeDeviceArray((32, 64), np.int32, strides=(4, 128))), "C-contiguous"),
-    (dict(x=np.zeros((1, 256), BF16)), "CUDA device array"),
+    ({"x": FakeDeviceArray((1, 200), BF16), "qweight": FakeDeviceArray((25, 64), np.int32)}, "multiple of the group size 128"),
+    ({"x": FakeDeviceArray((2, 256), BF16)}, "batch 1"),
+    ({"x": FakeDeviceArray((1, 256), np.float16)}, "dtype bfloat16"),
+    ({"qweight": FakeDeviceArray((32, 60), np.int32)}, "multiple of 8"),
+    ({"qweight": FakeDeviceArray((16, 64), np.int32)}, r"expected shape \(32, 64\)"),
+    ({"qzeros": FakeDeviceArray((2, 64), np.int32)}, r"expected shape \(2, 8\)"),
+    ({"scales": FakeDeviceArray((2, 64), np.float16)}, "dtype bfloat16"),
+    ({"out": FakeDeviceArray((1, 64), np.float32)}, "dtype bfloat16"),
+    ({"qweight": FakeDeviceArray((32, 64), np.int32, strides=(4, 128))}, "C-contiguous"),
+    ({"x": np.zeros((1, 256), BF16)}, "CUDA device array"),
 ])
 def test_gemv_problem_rejects_bad_arguments(override, msg):
     with pytest.raises(ValueError, match=msg):
@@ -186,8 +186,8 @@ def test_convert_problem_and_plan(label):
     v = Q.CONVERT[label]
     out_dt = np.float16 if label == "v3_magic_fp16" else BF16
     wrong = BF16 if out_dt == np.float16 else np.float16
-    base = dict(packed=FakeDeviceArray((16,), np.int32), out=FakeDeviceArray((128,), out_dt),
-                sink=FakeDeviceArray((1,), np.uint32))
+    base = {"packed": FakeDeviceArray((16,), np.int32), "out": FakeDeviceArray((128,), out_dt),
+            "sink": FakeDeviceArray((1,), np.uint32)}
     (ln,) = v.launches(v.validate(*base.values()))
     assert ln.kernel == v.name and ln.grid == (1, 1, 1) and ln.args[3] == 4 and ln.args[4] == Q.CONVERT_REPS
     with pytest.raises(ValueError, match="multiple of 4 words"):
@@ -311,11 +311,11 @@ def test_gemv_v4_plan():
 
 @pytest.mark.parametrize("label", list(Q.GEMM))
 @pytest.mark.parametrize("override,msg", [
-    (dict(a=FakeDeviceArray((16, 200), BF16)), "group size 128"),
-    (dict(qmma=FakeDeviceArray((4, 3, 32, 4), np.int32)), r"expected shape \(4, 4, 32, 4\)"),
-    (dict(out=FakeDeviceArray((16, 64), np.float16)), "dtype bfloat16"),
-    (dict(a=FakeDeviceArray((16, 256), np.float16)), "dtype bfloat16"),
-    (dict(scales=FakeDeviceArray((2, 32), BF16)), r"expected shape \(2, 64\)")])
+    ({"a": FakeDeviceArray((16, 200), BF16)}, "group size 128"),
+    ({"qmma": FakeDeviceArray((4, 3, 32, 4), np.int32)}, r"expected shape \(4, 4, 32, 4\)"),
+    ({"out": FakeDeviceArray((16, 64), np.float16)}, "dtype bfloat16"),
+    ({"a": FakeDeviceArray((16, 256), np.float16)}, "dtype bfloat16"),
+    ({"scales": FakeDeviceArray((2, 32), BF16)}, r"expected shape \(2, 64\)")])
 def test_gemm_problem_rejects_bad_arguments(label, override, msg):
     with pytest.raises(ValueError, match=msg):
         Q.GEMM[label].validate(**gemm_args(**override))
@@ -734,7 +734,7 @@ def _port_marlin(a, qmma, qzeros, scales, M, K, N, mt, ntw, splits, post=False):
     ntiles, kchunks, groups = N // 16, K // 64, K // 128
     ws = np.full((splits, M, N), np.nan)
     out = np.full((M, N), np.nan)
-    bf = lambda u: float(np.array([u << 16], np.uint32).view(np.float32)[0])    # noqa: E731
+    bf = lambda u: float(np.array([u << 16], np.uint32).view(np.float32)[0])
     for bx in range(-(-N // BN)):
         nt0 = bx * NT_CTA
         for split in range(splits):
@@ -970,6 +970,7 @@ def test_figures_draw(tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from kernels.quant import figures as F
     fig, axes = plt.subplots(1, 2)
     F.draw_bf16_magic(axes[0])

@@ -43,3 +43,17 @@ def test_profile_excerpt_reads_the_repository_not_the_redirected_record(monkeypa
         monkeypatch.delenv("BOOK_RESULTS")
         importlib.reload(utils.paths)
         importlib.reload(utils.report)
+
+
+def test_results_page_folds_each_chapters_table_under_a_visible_heading(tmp_path):
+    import json
+
+    from utils.report import results_markdown
+    (tmp_path / "gpu0").mkdir()
+    entry = {"op": "copy", "impl": "ceiling.copy", "dtype": "float32", "shape": [4], "ms": 1.0,
+             "metric": 10.0, "metric_name": "GB/s", "run": "r1", "is_peer": True}
+    (tmp_path / "gpu0" / "01-x.json").write_text(json.dumps({"notebook": "01-x", "run": "r1", "entries": [entry]}))
+    md = results_markdown(tmp_path)
+    head, fold = md.index("### 01-x"), md.index(":::{admonition} 展开 1 条记录")
+    assert head < md.index("运行 `r1`，1 条记录。") < fold < md.index("| op |") < md.rindex(":::")
+    assert ":class: dropdown" in md

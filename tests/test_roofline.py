@@ -18,7 +18,8 @@ def test_roofline_labels_do_not_overlap():
     ax = roofline(pts, {"copy": 4200, "cublas_bf16": 800}, title="t")
     texts = [t for t in ax.texts if "x" in t.get_text() or "mine" in t.get_text()]
     ax.figure.canvas.draw()
-    boxes = [t.get_window_extent() for t in ax.texts if t.get_text() in
+    from matplotlib.text import Text
+    boxes = [Text.get_window_extent(t) for t in ax.texts if t.get_text() in   # the text, not its leader line
              ("cublas_bf16 8192x8192x8192 (peer)", "cublas_bf16 4096x4096x4096 (peer)", "mine")]
     assert len(boxes) == 3 and texts
     for i in range(3):
@@ -44,3 +45,18 @@ def test_labels_tell_apart_ops_and_shapes():
                    nbytes=1, is_peer=True)
     assert _labels([a, b, c]) == ["gemv: cublas_bf16 (peer)", "gemm: cublas_bf16 16x8 (peer)",
                                   "gemm: cublas_bf16 32x8 (peer)"]
+
+
+def test_roofline_has_a_legend_per_series_and_tags_attached_to_points():
+    pts = []
+    for M, ms in ((1, 0.02), (16, 0.03), (64, 0.05)):
+        for impl, peer in (("v2_marlin", False), ("cublas_bf16", True)):
+            e = make_entry(chapter="9", op="w4a16", impl=impl, dtype="bfloat16", shape=(M, 8192, 8192), ms=ms,
+                           run="r", flops=2.0 * M * 8192 ** 2, nbytes=(2 if peer else 0.5) * 8192 ** 2, is_peer=peer)
+            pts.append(dict(e, series=impl + (" (peer)" if peer else ""), tag=f"M={M}"))
+    ax = roofline(pts, {"copy": 4200, "cublas_bf16": 700})
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["v2_marlin", "cublas_bf16 (peer)"]
+    tags = [t for t in ax.texts if t.get_text().startswith("M=")]
+    assert len(tags) == 6 and all(t.arrow_patch is not None for t in tags)   # each tag has a leader line
+    from utils.plot import PEER_COLORS
+    assert ax.lines[-1].get_color() == PEER_COLORS[0]                        # the peer is grey

@@ -239,7 +239,7 @@ def test_branch_launcher_rejects_bad_arguments():
 
 
 def test_read_launcher_rejects_bad_arguments():
-    ok = dict(ilp=1, threads=64, blocks=2)
+    ok = {"ilp": 1, "threads": 64, "blocks": 2}
     x4, out, smid = f32(100, 4), f32(128), FakeDeviceArray((2,), np.int32)
     with pytest.raises(ValueError, match="ilp must be one of"):
         simt.launch_read_sum(x4, out, smid, ilp=3, threads=64, blocks=2)
@@ -306,3 +306,215 @@ def test_branch_plot():
     matplotlib.use("Agg")
     t = {"lane": np.array(simt.BRANCH_PATHS, float), "warp": np.ones(len(simt.BRANCH_PATHS))}
     assert simt.plot_branch(t, title="branches").axes
+
+
+# --- the chapter's experiments: what runs without a GPU -------------------------------------------------
+
+class FakeLadder:
+    """Records va.time calls; fraction_of_copy reads a table of made-up fractions by impl."""
+
+    def __init__(self, frac):
+        self.frac, self.timed = frac, []
+
+    def time(self, label, config=None, impl=None):
+        self.timed.append((label, config, impl))
+
+    def fraction_of_copy(self, impl, shape, dtype):
+        assert dtype == "float32"
+        return self.frac[impl]
+
+
+class FakeRec:
+    def __init__(self, entries):
+        self.entries = entries
+
+    def find(self, op=None, impl=None, **match):
+        from utils.record import select
+        return select(self.entries, op=op, impl=impl, **match)
+
+    def get(self, op, impl, **match):
+        (e,) = self.find(op, impl, **match)
+        return e
+
+
+def test_copy_vs_datasheet(monkeypatch, capsys):
+    import utils.hardware
+    monkeypatch.setattr(utils.hardware, "datasheet", lambda name=None: {"part": "H200", "hbm_tbps": 4.8})
+    assert simt.copy_vs_datasheet(4200.0) == pytest.approx(0.875)
+    assert "= 88% of the datasheet's 4,800 GB/s (predicted ~87%: ratio 1.01)" in capsys.readouterr().out
+
+    def unknown(name=None):
+        raise KeyError("no datasheet figures")
+    monkeypatch.setattr(utils.hardware, "datasheet", unknown)
+    assert simt.copy_vs_datasheet(4200.0) is None
+    assert "no datasheet figure for this GPU" in capsys.readouterr().out
+
+
+def test_peer_table():
+    entries = [{"impl": "cupy.add", "ms": 1.2744, "metric": 2529.4}, {"impl": "torch.add", "ms": 0.7321, "metric": 4401.9}]
+    t = simt.peer_table(entries, 4246.6, {"cupy.add": 0.85, "torch.add": 0.95})
+    assert t.column("peer") == ["cupy.add", "torch.add"]
+    assert t.column("ms") == ["1.274", "0.732"] and t.column("GB/s") == ["2,529", "4,402"]
+    assert t.column("of copy") == ["59.6%", "103.7%"] and t.column("predicted") == ["85%", "95%"]
+
+
+def test_block_size_sweep_times_the_other_sizes_under_the_records_names():
+    assert simt.v0_impl(simt.THREADS) == "v0_one_per_thread"
+    assert simt.v0_impl(128) == "v0_one_per_thread[threads=128]"
+    va = FakeLadder({simt.v0_impl(t): f for t, f in zip(simt.BLOCK_SIZES, (0.6, 0.81, 0.76, 0.7))})
+    frac, table = simt.block_size_sweep(va, (2**28,))
+    assert [(lab, cfg.threads, cfg.blocks, impl) for lab, cfg, impl in va.timed] == [
+        ("v0_one_per_thread", t, None, f"v0_one_per_thread[threads={t}]") for t in (128, 512, 1024)]
+    assert frac == {128: 0.6, 256: 0.81, 512: 0.76, 1024: 0.7}
+    assert table.column("blocks") == ["2,097,152", "1,048,576", "524,288", "262,144"]
+    assert table.column("of copy") == ["60%", "81%", "76%", "70%"]
+
+
+def test_grid_sweep_names_sizes_table_and_plot():
+    import matplotlib
+    matplotlib.use("Agg")
+    assert simt.grid_impl("v2_float4", 6) == "v2_float4[blocks_per_sm=6]"
+    assert simt.grid_sizes(8) == [1, 2, 4, 8, 16] and simt.grid_sizes(4) == [1, 2, 4, 8]
+    resident = {"v1_grid_stride": 8, "v2_float4": 6}
+    frac = {simt.grid_impl(lab, k): 0.5 + 0.01 * k for lab in resident for k in simt.grid_sizes(resident[lab])}
+    va = FakeLadder(frac)
+    g = simt.grid_sweep(va, resident, 132, (2**28,))
+    assert [(lab, cfg.blocks, impl) for lab, cfg, impl in va.timed][:2] == [
+        ("v1_grid_stride", 132, "v1_grid_stride[blocks_per_sm=1]"), ("v1_grid_stride", 264, "v1_grid_stride[blocks_per_sm=2]")]
+    assert all(cfg.threads == simt.THREADS for _, cfg, _ in va.timed) and len(va.timed) == 5 + 5
+    assert list(g) == ["v1_grid_stride", "v2_float4"] and list(g["v2_float4"]) == [1, 2, 4, 6, 12]
+    assert g["v1_grid_stride"][16] == pytest.approx(0.66)
+    t = simt.grid_sweep_table(g)
+    assert t.columns == ["blocks per SM", "v1_grid_stride", "v2_float4"]
+    assert t.column("blocks per SM") == ["1", "2", "4", "6", "8", "12", "16"]
+    assert t.column("v2_float4")[4] == "" and t.column("v1_grid_stride")[4] == "58%"
+    assert simt.plot_grid_sweep(g).axes
+
+
+def test_resource_table_and_residency(monkeypatch, capsys):
+    """The driver's and the formula's answers per version, from fakes of the loaded kernels."""
+    import utils.occupancy
+    import utils.version
+
+    class Fn:
+        def __init__(self, name):
+            self.num_regs = 40 if "v2" in name else 32
+            self.shared_size_bytes, self.local_size_bytes = 0, 0
+
+    class Source:
+        function = Fn
+    monkeypatch.setattr(simt, "SOURCE", Source())
+    monkeypatch.setattr(utils.version, "driver_blocks_per_sm", lambda fn, threads: 6 if fn.num_regs == 40 else 8)
+    t = simt.resource_table()
+    assert t.column("kernel") == [v.name for v in simt.VECTOR_ADD.values()]
+    assert t.column("registers per thread") == ["32", "32", "40", "32"]
+    occ = simt.residency(132)
+    assert list(occ) == list(simt.VECTOR_ADD)
+    assert {lab: d for lab, (_, d) in occ.items()}["v2_float4"] == 6
+    assert all(o.blocks == d for o, d in occ.values())            # 40 registers: 6 blocks of 256, as the driver
+    out = capsys.readouterr().out
+    assert "v2_float4: 40 registers/thread -> driver: 6 resident blocks of 256 threads = 48 warps per SM" in out
+    assert "one wave = 792 blocks" in out
+
+
+def test_print_ptx_memory_ops(monkeypatch, capsys):
+    import utils.build
+    simt.print_ptx_memory_ops()          # NVRTC on the CPU
+    out = capsys.readouterr().out
+    assert "v0_one_per_thread: ld.global.nc.f32 x2, st.global.f32 x1" in out, out
+    assert out.count("\n") == 4 and "v2_float4: ld.global.nc.v4.f32" in out
+
+    def broken(src):
+        raise RuntimeError("no NVRTC")
+    monkeypatch.setattr(utils.build, "ptx", broken)
+    simt.print_ptx_memory_ops()
+    assert capsys.readouterr().out == "PTX listing not available here (RuntimeError: no NVRTC)\n"
+
+
+def test_print_branch(monkeypatch, capsys):
+    import utils.hardware
+    monkeypatch.setattr(utils.hardware, "datasheet", lambda name=None: {"fp32": 67.0})
+    n, paths = 1000, simt.BRANCH_PATHS
+    rec = FakeRec([{"op": "branch", "impl": "by_lane", "shape": [n, p], "metric": 53.6 / p} for p in paths])
+    t = {"lane": np.array([1.0 * p for p in paths]), "warp": np.array([1.0, 1.0, 1.0, 1.0, 1.05, 1.1])}
+    simt.print_branch(rec, t, n, paths)
+    out = capsys.readouterr().out
+    assert "1 path: 53.6 TFLOP/s = 80% of the datasheet fp32 peak (predicted 80%: ratio 1.00)" in out
+    assert "by lane: time / time(1 path) = 1.00, 2.00, 4.00, 8.00, 16.00, 32.00  for paths = (1, 2, 4, 8, 16, 32)" in out
+    assert "By lane, 32 paths cost 32.0x one path (predicted 32x: ratio 1.00); by warp, the slowest point is 1.10x" in out
+
+
+def test_print_branch_sass(monkeypatch, capsys):
+    import utils.build
+    listing = "\n".join(f"        /*{i:04x}*/                   {op} ;" for i, op in enumerate(
+        ["IMAD R1, R2, R3", "BSSY B0, 0x100", "@P0 BRA 0x80", "FFMA R1, R1, R2, R3", "FFMA R1, R1, R2, R3",
+         "BSYNC B0", "@!P1 BRA 0x40", "EXIT"]))
+    monkeypatch.setattr(utils.build, "sass", lambda src, kernel: listing)
+    simt.print_branch_sass()
+    assert capsys.readouterr().out.splitlines() == ["BSSY B0, 0x100", "@P0 BRA 0x80", "FFMA x2", "BSYNC B0",
+                                                    "@!P1 BRA 0x40"]
+
+    def missing(src, kernel):
+        raise FileNotFoundError("cuobjdump")
+    monkeypatch.setattr(utils.build, "sass", missing)
+    simt.print_branch_sass()
+    assert capsys.readouterr().out.startswith("SASS not available here (FileNotFoundError)")
+
+
+def test_latency_configs_skip_what_the_registers_do_not_allow():
+    configs, skipped = simt.latency_configs(lambda ilp, threads: 4 if ilp >= 4 else 8)
+    assert [(w, i) for w, i, _, _ in skipped] == [(64, 4), (64, 8)]
+    assert len(configs) == len(simt.READ_ILPS) * len(simt.READ_WARPS) - 2
+    assert (64, 1, 256, 8) in configs and (32, 8, 256, 4) in configs
+
+
+def littles_sweep(sms=132, copy=4000.0, lat=500.0, warps=(2, 4, 8, 16, 32)):
+    return [sweep_entry(w, i, min(1.05 * copy, simt.littles_law_gbps(simt.bytes_in_flight_per_sm(w, i), sms, lat)))
+            for i in simt.READ_ILPS for w in warps]
+
+
+def test_read_latency_sweep(capsys):
+    pts = littles_sweep()
+    fit = simt.fit_latency(pts, 132, 4000.0)
+    r = simt.read_latency_sweep(pts, fit, 4000.0)
+    assert (r.best_warps, r.best_ilp) == (32, 1)         # the first of the points at the cap, in sweep order
+    assert r.ilp8_16w == pytest.approx(1.05) and r.pairs and max(r.pairs) == pytest.approx(1.0)
+    out = capsys.readouterr().out
+    assert "implied memory latency (median over" in out and "500 ns (predicted 650 ns: ratio 0.77)" in out
+    assert "over 9 pairs (1.00 = interchangeable)" in out
+    for e in pts:                                        # one point below the cap: ILP 8 with 16 warps
+        if e["shape"][1:] == [16, 8]:
+            e["metric"] = 3960.0
+    assert simt.read_latency_sweep(pts, fit, 4000.0).ilp8_16w == pytest.approx(0.99)
+    r = simt.read_latency_sweep([e for e in pts if e["shape"][2] != 8], fit, 4000.0)
+    assert np.isnan(r.ilp8_16w)
+
+
+def test_pointer_chase_ns(tmp_path):
+    import json
+    (tmp_path / "gpu-x").mkdir()
+    entries = [{"chapter": "04", "op": "pointer_chase", "impl": "chase", "is_peer": False, "dtype": "int32",
+                "shape": [ws // 4], "ms": 1.0, "metric_name": "us", "metric": 1.0, "run": "r", "ws_bytes": ws,
+                "ns_per_load": ns} for ws, ns in ((1 << 20, 200.0), (256 << 20, 400.0), (1 << 30, 420.0))]
+    (tmp_path / "gpu-x" / "04-memory-hierarchy.json").write_text(json.dumps({"entries": entries}))
+    assert simt.pointer_chase_ns("gpu-x", root=tmp_path) == pytest.approx(410.0)
+    assert simt.pointer_chase_ns("gpu-y", root=tmp_path) is None
+
+
+def test_versions_at_the_knee(capsys):
+    sms, copy, lat = 132, 4000.0, 500.0
+    pts = littles_sweep(sms, copy, lat)
+    fit = simt.fit_latency(pts, sms, copy)
+    per_thread = {"v0_one_per_thread": 8, "v1_grid_stride": 32, "v2_float4": 64, "v3_float4_tile": 64}
+    resident = {"v0_one_per_thread": 8, "v1_grid_stride": 8, "v2_float4": 6, "v3_float4_tile": 8}
+    rec = FakeRec([{"op": "vector_add", "impl": lab, "metric": m} for lab, m in
+                   zip(per_thread, (3000.0, 3600.0, 4000.0, 4100.0))])
+    kv = simt.versions_at_the_knee(rec, resident, per_thread, pts, sms, copy, lat, fit.knee_bytes)
+    assert kv.inflight == {"v0_one_per_thread": 64 * 32 * 8, "v1_grid_stride": 64 * 32 * 32,
+                           "v2_float4": 48 * 32 * 64, "v3_float4_tile": 64 * 32 * 64}
+    assert kv.swept["v0_one_per_thread"] == pytest.approx(simt.swept_gbps(pts, 16384))
+    assert kv.measured["v2_float4"] == 4000.0
+    assert kv.table.column("warps per SM") == ["64", "64", "48", "64"]
+    assert kv.table.column("KiB in flight per SM") == ["16", "64", "96", "128"]
+    assert kv.table.column("measured, of copy") == ["75%", "90%", "100%", "102%"]
+    assert "v0: 16 KiB in flight per SM (knee" in capsys.readouterr().out

@@ -102,7 +102,7 @@ def test_dispatch_picks_the_one_read_version_that_fits(rows, cols, dtype):
 
 
 def test_dispatch_falls_back_to_two_reads():
-    every = lambda f: True     # noqa: E731
+    every = lambda f: True
     assert S.dispatch(4, 262145, np.float32, every) == "v1_online"          # longer than a cluster holds
     assert S.dispatch(4, 1, np.float32, every) == "v2_warp_row"
     assert S.dispatch(S.MAX_GRID_Y, 20000, np.float32, every) == "v10_cluster_once"
@@ -395,13 +395,13 @@ def test_v11_arrives_relaxed_once_and_waits_after_the_stores():
     def body(label):
         v = S.VERSIONS[label]
         text = ptx(KernelSource(v.source.file, name_expressions=(S.kname(v.name, np.float32, *cfg),)))
-        return re.search(r"\.entry \w+\((.*?)\n}\n", text, re.S).group(1)
+        return re.search(r"\.entry \w+\((.*?)\n}\n", text, re.DOTALL).group(1)
 
     v10, v11 = body("v10_cluster_once"), body("v11_early_arrive")
     assert v10.count("barrier.cluster.arrive.relaxed") == 0
     assert v11.count("barrier.cluster.arrive.relaxed.aligned") == 1
-    arrives = lambda b: len(re.findall(r"barrier\.cluster\.arrive(?:\.aligned)?;", b))   # noqa: E731
-    waits = lambda b: b.count("barrier.cluster.wait")                                       # noqa: E731
+    arrives = lambda b: len(re.findall(r"barrier\.cluster\.arrive(?:\.aligned)?;", b))
+    waits = lambda b: b.count("barrier.cluster.wait")
     assert (arrives(v10), waits(v10)) == (2, 2) and (arrives(v11), waits(v11)) == (1, 2)
     assert v11.rindex("barrier.cluster.wait") > v11.rindex("st.global")
 

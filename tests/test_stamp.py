@@ -99,3 +99,12 @@ def test_compile_summary_adds_builds_and_cache_loads():
     from utils.run import compile_summary
     log = "nvrtc\t2.5\tsoftmax.cu\tsm_90\nnvcc\t1.0\tgemm.cu\tsm_90a\ndisk\t0.01\tx.cu\tsm_90\nbad line\n"
     assert compile_summary(log) == {"compile_s": 3.5, "compile_builds": 2, "cache_load_s": 0.01, "cache_hits": 1}
+
+
+def test_stderr_in_a_stored_output_is_a_problem(tmp_path):
+    warn = [{"output_type": "stream", "name": "stderr", "text": "/host/path/x.py:3: UserWarning: ...\n"}]
+    out = [{"output_type": "stream", "name": "stdout", "text": "fine\n"}]
+    p = _stamped(tmp_path, _nb(["a", "b"], [1, 2], outputs=out), [])
+    assert problems(p, tmp_path) == []
+    p = _stamped(tmp_path, _nb(["a", "b"], [1, 2], outputs=warn), [])
+    assert any("stderr output" in m for m in problems(p, tmp_path))

@@ -7,7 +7,6 @@ from kernels import memory as M
 from kernels import transpose as T
 from tests.fakes import FakeDeviceArray
 
-
 # --- transpose -------------------------------------------------------------------------------------
 
 def test_cost_model_counts_read_plus_write():
@@ -196,3 +195,10 @@ def test_chase_readings():
     assert M.plot_chase(ns, 60 << 20).axes
     with pytest.raises(ValueError, match="between"):
         M.chase_plateaus({16 << 10: 20.0})
+
+
+def test_peer_table():
+    entries = [{"impl": "cupy.ascontiguousarray", "ms": 0.457, "metric": 1174.0},
+               {"impl": "torch.t().contiguous()", "ms": 0.466, "metric": 1152.0}]
+    t = T.peer_table(entries, 4245.0, 0.30)
+    assert t.rows[0] == ["cupy.ascontiguousarray", "457", "1174", "27.7%", "30%"] and len(t.rows) == 2

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from utils.ladder import Case, Ladder, case_seed, shape_name
-from utils.prose import JudgementFailed, Text, expect, glue
+from utils.prose import JudgementFailed, Text, expect, glue, glued
 from utils.table import Table
 from utils.version import Launch, Registry, Unsupported, Version, Workspace, config_type
 
@@ -154,7 +154,8 @@ def test_table_renders_html_and_markdown_and_checks_widths():
 
 def test_glue_formats_and_expect_raises_with_the_sentence(monkeypatch):
     monkeypatch.setattr("utils.prose.on_book_gpu", lambda: True)
-    assert glue("v1_frac", 0.8512, "{:.0%}") == "85%"
+    assert glue("v1_frac", 0.8512, "{:.0%}") is None     # a cell ending in glue shows nothing
+    assert glued("v1_frac") == "85%"
     assert repr(Text("85%")) == "85%"
     with pytest.raises(ValueError, match="glue name"):
         glue("bad name", 1)
@@ -206,3 +207,29 @@ def test_configs_are_recorded_as_json_whether_named_tuples_or_dataclasses():
         threads: int
     assert json.dumps(jsonable_config(Cfg(4, np.int64(8)))) == '{"threads": 4, "items": 8}'
     assert json.dumps(jsonable_config(Layout(2, 256))) == '{"tpr": 2, "threads": 256}'
+
+
+def test_ladder_plot_draws_one_panel_per_shape_and_dtype_with_peers_in_grey():
+    import matplotlib
+    matplotlib.use("Agg")
+    from utils.plot import PEER_COLORS, VERSION_COLORS
+    rec = FakeRecord()
+    shapes, dtypes = [(1024,), (4096,), (16384,)], ["float32", "bfloat16"]
+    lad = Ladder(rec, make_registry(), shapes=shapes, dtypes=dtypes, make=lambda s, d, r: Case((None,)),
+                 reference=lambda c: None, nbytes=lambda s, d: 8 * s[0], peers={"peer.op": None}, ceiling=None)
+    for sh in shapes:
+        for dn in dtypes:
+            rec.entries += [entry("v0_naive", sh, dn, 100.0), entry("v1_block", sh, dn, 300.0),
+                            entry("peer.op", sh, dn, 200.0, peer=True)]
+    ax = lad.plot(title="t")
+    fig = ax.figure
+    panels = [a for a in fig.axes if a.get_visible()]
+    assert len(panels) == 6                                    # small multiples, not one crowded axis
+    assert fig.get_size_inches()[0] <= 7.0 + 1e-6              # drawn at the column's width
+    colors = {ln.get_color() for a in panels for ln in a.lines if ln.get_marker() not in ("None", None, "")}
+    assert set(VERSION_COLORS[:2]) <= colors and PEER_COLORS[0] in colors
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["v0_naive", "v1_block", "peer.op (peer)"]
+    with pytest.raises(ValueError, match="one panel"):
+        lad.plot(ax=ax)
+    one = lad.plot(shapes=[(1024,)], ax=None)
+    assert len([a for a in one.figure.axes if a.get_visible()]) == 2

@@ -15,8 +15,10 @@ __all__ = [
 def setup_notebook(notebook: str):
     """First cell of every chapter: report the device, register ``%%requires``, open the record.
 
-    Returns the chapter's :class:`utils.record.Record`. Without a GPU it raises :class:`NoGPU`, which
-    Jupyter shows as one sentence, so "Run All" stops at the first cell instead of failing everywhere.
+    Returns the chapter's :class:`utils.record.Record`. Without a GPU it prints one sentence and, in a
+    Jupyter kernel, every later cell runs as a no-op (``utils.notebook.stop_without_gpu``): Run All and
+    ``jupyter nbconvert --execute`` end cleanly, with the sentence and no traceback. That is why a
+    chapter's first cell holds only this call: its imports (CuPy, the kernels) come in the next cell.
     """
     from . import notebook as _nb
     return _nb.setup(notebook)

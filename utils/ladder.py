@@ -309,40 +309,65 @@ class Ladder:
                      align="ll" + "r" * len(impls))
 
     def plot(self, labels: Sequence[str] | None = None, shapes=None, title: str = "", ax=None):
-        """Grouped bars, one group per shape and dtype, one bar per version and peer; the metric as a
-        fraction of copy (bandwidth ladders) or TFLOP/s. Distinct colours for up to 20 series, the
-        legend outside the axes, readable at the book's column width."""
-        import matplotlib.pyplot as plt
+        """Small multiples: one panel per shape and dtype, each a dot plot of every version and peer
+        (the metric as % of copy for bandwidth ladders, else TFLOP/s). Versions keep one colour and
+        marker across panels (utils.plot's ordered palette); peers are grey crosses, and the best peer
+        of each panel is a dashed grey line, so a version right of it beats every peer there.
+        ``ax`` draws into one given axes, for a ladder with a single shape and dtype."""
+        from . import plot as P
         labels = [self.registry[lab].label for lab in (labels or self.registry)]
-        impls = [i for i in labels + list(self.peers)
-                 if any(self.entry(i, sh, dn) for sh in (shapes or self.shapes) for dn in self.dtypes)]
         groups = [(sh, dn) for sh in (shapes or self.shapes) for dn in self.dtypes]
-        if ax is None:
-            _, ax = plt.subplots(figsize=(9, 3.2 + 0.12 * len(impls)))
-        cmap = plt.get_cmap("tab20" if len(impls) > 10 else "tab10")
-        width = 0.8 / max(1, len(impls))
+        impls = [i for i in labels + list(self.peers) if any(self.entry(i, sh, dn) for sh, dn in groups)]
+        groups = [g for g in groups if any(self.entry(i, *g) for i in impls)]
+        if not groups:
+            raise ValueError("nothing recorded to plot for these versions and shapes: run() them first")
         frac_mode = self.ceiling is not None and self._metric_name() == "GB/s"
-        for k, impl in enumerate(impls):
-            ys = []
-            for sh, dn in groups:
+        styles = P.series_styles(impls, peers=list(self.peers))
+        if ax is not None:
+            if len(groups) != 1:
+                raise ValueError(f"ax= draws one panel, but this ladder has {len(groups)} shape/dtype groups; "
+                                 "leave ax out for small multiples")
+            axes, cols = [ax], 1
+        else:
+            rows, cols = P.grid_shape(len(groups), cols=4 if len(groups) != 6 else 3)
+            fig, grid = P.figure(rows, cols, height=0.19 * len(impls) + 0.75, sharey=True)
+            axes = list(grid.flat)
+            for extra in axes[len(groups):]:
+                extra.set_visible(False)
+            if title:
+                fig.suptitle(title)
+        ypos = {impl: k for k, impl in enumerate(impls)}
+        for a, (sh, dn) in zip(axes, groups):
+            best_peer, top = None, 0.0
+            for impl in impls:
                 e = self.entry(impl, sh, dn)
                 if e is None:
-                    ys.append(np.nan)
-                else:
-                    ys.append(self.fraction_of_copy(impl, sh, dn) * 100 if frac_mode else e["metric"])
-            is_peer = impl in self.peers
-            ax.bar(np.arange(len(groups)) + (k - (len(impls) - 1) / 2) * width, ys, width,
-                   label=impl + (" (peer)" if is_peer else ""), color=cmap(k % cmap.N),
-                   hatch="//" if is_peer else None, edgecolor="white" if not is_peer else "black", lw=0.4)
-        ax.set_xticks(np.arange(len(groups)))
-        ax.set_xticklabels([f"{shape_name(sh)}\n{dn}" for sh, dn in groups], fontsize=9)
-        ax.set_ylabel("% of copy bandwidth" if frac_mode else self._metric_name())
-        if frac_mode:
-            ax.axhline(100, color="k", lw=0.8, ls="--")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
-        ax.set_title(title)
-        ax.figure.tight_layout()
-        return ax
+                    continue
+                x = self.fraction_of_copy(impl, sh, dn) * 100 if frac_mode else e["metric"]
+                st = styles[impl]
+                top = max(top, x)
+                a.plot([x], [ypos[impl]], ls="none", marker=st["marker"], color=st["color"],
+                       markersize=6, mew=1.5)
+                if impl in self.peers:
+                    best_peer = x if best_peer is None else max(best_peer, x)
+            if best_peer is not None:
+                a.axvline(best_peer, color="0.5", ls="--", lw=0.9)
+            if frac_mode:
+                a.axvline(100, color="k", lw=0.8)
+            a.set_xlim(0, max(110.0, 1.06 * top) if frac_mode else 1.1 * top)   # from zero: honest lengths
+            a.set_title(f"{shape_name(sh)} {dn}", fontsize=P.FONT_PT - 1)
+            a.grid(True, axis="x", alpha=0.3)
+            a.grid(False, axis="y")
+        axes[0].set_yticks(range(len(impls)))
+        axes[0].set_yticklabels([i + (" (peer)" if i in self.peers else "") for i in impls])
+        axes[0].invert_yaxis()
+        xlabel = "% of copy" if frac_mode else self._metric_name()
+        for k, a in enumerate(axes[:len(groups)]):
+            if k + cols >= len(groups):          # the lowest panel of its column
+                a.set_xlabel(xlabel)
+        if ax is not None and title:
+            ax.set_title(f"{title}\n{shape_name(groups[0][0])} {groups[0][1]}", fontsize=P.FONT_PT)
+        return axes[0]
 
     def _metric_name(self) -> str:
         return "TFLOP/s" if self.flops_fn is not None else "GB/s"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .gpu import MissingFeature, gpu_slug, lacks_sentence, missing_features, require_gpu  # noqa: F401
+from .gpu import MissingFeature, NoGPU, gpu_slug, lacks_sentence, missing_features, require_gpu  # noqa: F401
 from .record import Record
 
 
@@ -22,14 +22,45 @@ def requires_magic(line: str, cell: str):
     result.raise_error()
 
 
+SKIPPED_CELL = "pass  # skipped: no CUDA GPU in this kernel (utils.notebook.stop_without_gpu)\n"
+
+
+def skip_cell(lines: list[str]) -> list[str]:
+    """An IPython input transformer: every cell becomes a no-op."""
+    return [SKIPPED_CELL]
+
+
+def stop_without_gpu(error: Exception):
+    """No GPU: say so in one sentence and turn every later cell of this kernel into a no-op.
+
+    Raising here would stop Run All with a one-line error in JupyterLab, but `jupyter nbconvert
+    --execute` reports any cell error with its own 30-line Python traceback before the sentence. So the
+    first cell finishes cleanly, prints the sentence (also on the kernel's stderr, which nbconvert's
+    terminal shows), and the cells after it run as `pass`. Outside IPython (a script) it raises.
+    """
+    import sys
+    try:
+        from IPython import get_ipython
+        ip = get_ipython()
+    except ImportError:
+        ip = None
+    if ip is None:
+        raise error
+    sentence = f"{error} The cells below are skipped in this kernel."
+    print(sentence)
+    print(f"[{__name__}] {sentence}", file=sys.__stderr__)
+    if skip_cell not in ip.input_transformers_cleanup:
+        ip.input_transformers_cleanup.append(skip_cell)
+    return None
+
+
 def setup(notebook: str) -> Record:
     import warnings
 
-    import matplotlib
+    from .plot import apply_style
     # Without ipywidgets, tqdm.auto falls back to text bars and says so on stderr; text bars are fine.
     warnings.filterwarnings("ignore", message="IProgress not found")
-    matplotlib.rcParams.update({"figure.dpi": 110, "savefig.dpi": 110, "axes.spines.top": False,
-                                "axes.spines.right": False})
+    apply_style()
     try:
         from IPython import get_ipython
         ip = get_ipython()
@@ -37,7 +68,10 @@ def setup(notebook: str) -> Record:
             ip.register_magic_function(requires_magic, magic_kind="cell", magic_name="requires")
     except ImportError:
         pass
-    require_gpu()  # without a GPU: one sentence (utils.NoGPU), and Run All stops here
+    try:
+        require_gpu()
+    except NoGPU as e:
+        return stop_without_gpu(e)
     from .stamp import environment, stamp_line
     env = environment()
     started = os.environ.get("BOOK_RUN_STARTED")

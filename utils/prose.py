@@ -34,9 +34,10 @@ class Text(str):
 _glued: dict[str, str] = {}
 
 
-def glue(name: str, value, fmt: str = "{}") -> str:
-    """Glue ``fmt.format(value)`` under ``name`` for ``{glue:text}`name``` in markdown; return the text.
-    A name glued twice keeps the last value, as myst-nb does."""
+def glue(name: str, value, fmt: str = "{}") -> None:
+    """Glue ``fmt.format(value)`` under ``name`` for ``{glue:text}`name``` in markdown. A name glued twice
+    keeps the last value, as myst-nb does. Returns None, so a cell that ends with a glue shows nothing
+    (:func:`glued` reads the text back)."""
     if not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"glue name {name!r}: use letters, digits, '_' and '-'")
     text = fmt.format(value)
@@ -45,11 +46,18 @@ def glue(name: str, value, fmt: str = "{}") -> str:
         from IPython import get_ipython
         from IPython.display import display
     except ImportError:  # plain Python (tests, scripts): nothing to display into
-        return text
+        return
     if get_ipython() is not None:
         display({GLUE_PREFIX + "text/plain": repr(Text(text))}, raw=True,
                 metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}})
-    return text
+
+
+def glued(name: str) -> str:
+    """The text last glued under ``name`` in this process."""
+    try:
+        return _glued[name]
+    except KeyError:
+        raise KeyError(f"nothing glued under {name!r}; glued so far: {sorted(_glued)}") from None
 
 
 def glue_all(values: dict, fmt: str = "{}") -> None:

@@ -34,52 +34,71 @@ def _place_labels(ax, xs, ys, names, fontsize: float = 8) -> None:
     boxes: list[tuple[float, float, float, float]] = []
     for i in sorted(range(len(xs)), key=lambda k: -ys[k]):
         px, py = to_px((xs[i], ys[i]))
-        w = 0.62 * fontsize * dpi_scale * len(names[i])
+        w = 0.7 * fontsize * dpi_scale * len(names[i]) + 4 * dpi_scale
         x0, dy = px + 6 * dpi_scale, 4 * dpi_scale
         while any(x0 < bx1 and bx0 < x0 + w and py + dy < by1 and by0 < py + dy + h
                   for bx0, by0, bx1, by1 in boxes):
             dy -= h
         boxes.append((x0, py + dy, x0 + w, py + dy + h))
+        # a thin leader line keeps each label attached to its point when it had to move down
         ax.annotate(names[i], (xs[i], ys[i]), textcoords="offset pixels", xytext=(6 * dpi_scale, dy),
-                    fontsize=fontsize)
+                    fontsize=fontsize, va="bottom",
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.45", "shrinkA": 0, "shrinkB": 3})
 
 
 def roofline(entries, ceil: dict, *, title: str = "", ax=None):
     """Arithmetic intensity (FLOP/byte) vs attained TFLOP/s, under the measured ceilings.
 
     ``ceil`` holds 'copy' (GB/s) and any of 'fma_fp32', 'cublas_bf16' (TFLOP/s). Entries need both
-    ``flops`` and ``bytes``.
+    ``flops`` and ``bytes``. An entry may name its legend ``series`` (default: its impl) and a short
+    ``tag`` written beside its point (default: none when series are given, else the full label):
+    e.g. series "cublas_bf16 (peer)" and tag "M=16". Our series get the book's version colours, peers
+    grey markers (utils.plot).
     """
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from . import plot as P
     pts = [e for e in entries if e.get("flops") and e.get("bytes")]
     if not pts:
         raise ValueError("roofline needs entries with both a FLOP and a byte count")
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.5))
+        _, grid = P.figure(height=4.4)
+        ax = grid[0, 0]
     ai = np.array([e["flops"] / e["bytes"] for e in pts])
     perf = np.array([e["flops"] / (e["ms"] * 1e-3) / 1e12 for e in pts])
     lo, hi = min(ai.min(), 0.1) / 2, max(ai.max(), 1000) * 2
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
     bw = ceil["copy"] * 1e9 / 1e12  # TB/s -> TFLOP/s per FLOP/byte
-    for name, style in (("fma_fp32", "--"), ("cublas_bf16", "-")):
+    for name, style in (("fma_fp32", ":"), ("cublas_bf16", "-")):
         if name in ceil:
-            ax.plot(x, np.minimum(bw * x, ceil[name]), style, color="gray", lw=1)
+            ax.plot(x, np.minimum(bw * x, ceil[name]), style, color="0.55", lw=1)
             ridge = ceil[name] / bw
             ax.text(ridge, ceil[name] * 1.15, f"{name} {ceil[name]:.0f} TFLOP/s (ridge {ridge:.0f} FLOP/B)",
-                    ha="right", fontsize=8, color="gray")
-    ax.text(lo * 1.5, bw * lo * 1.5 * 1.3, f"copy {ceil['copy']:.0f} GB/s", rotation=0, fontsize=8,
-            color="gray")
-    for e, a, p in zip(pts, ai, perf):
-        ax.scatter(a, p, marker="s" if e.get("is_peer") else "o", zorder=3)
+                    ha="right", fontsize=P.FONT_PT - 2, color="0.4")
+    ax.text(lo * 1.5, bw * lo * 1.5 * 1.3, f"copy {ceil['copy']:.0f} GB/s", fontsize=P.FONT_PT - 2, color="0.4")
+    named = any("series" in e for e in pts)
+    series = [e.get("series") or _label(e) for e in pts]
+    order = list(dict.fromkeys(series))
+    peers = [s for s in order if any(e.get("is_peer") for e, s2 in zip(pts, series) if s2 == s)]
+    styles = P.series_styles(order, peers=peers)
+    for s in order:
+        idx = [k for k, s2 in enumerate(series) if s2 == s]
+        st = styles[s]
+        ax.plot(ai[idx], perf[idx], ls="none", marker=st["marker"], color=st["color"], markersize=7,
+                mew=1.6, label=s, zorder=3)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlim(lo, hi * 8)  # room on the right for the labels of the highest-intensity points
+    ax.set_xlim(lo, hi * 4)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("attained TFLOP/s")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.2)
-    _place_labels(ax, list(ai), list(perf), _labels(pts))
+    ax.legend(loc="lower right")
+    tags = [e.get("tag", "") for e in pts] if named else _labels(pts)
+    keep = [k for k, t in enumerate(tags) if t]
+    if keep:
+        _place_labels(ax, [ai[k] for k in keep], [perf[k] for k in keep], [tags[k] for k in keep],
+                      fontsize=P.FONT_PT - 2)
     return ax
 
 

@@ -148,6 +148,10 @@ def problems(path: Path, root: Path = REPO) -> list[str]:
     errors = sum(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
     if errors:
         out.append(f"{errors} error output(s)")
+    stderr = [k for k, c in enumerate(code) for o in c.get("outputs", [])
+              if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    if stderr:   # a warning or a host path in the book: silence it at its source and re-run
+        out.append(f"{len(stderr)} stderr output(s) (code cells {sorted(set(stderr))})")
     counts = [c.get("execution_count") for c in code]
     if None in counts:
         out.append(f"{counts.count(None)} code cell(s) not executed")

@@ -656,9 +656,9 @@ def default_of(kernel: str):
         tuned = TUNED.get((op, p.dtype, p.n))
         if tuned is not None:
             chosen = f"{op}_{tuned[0]}"
-            if chosen == kernel or EARLY_TWINS.get(kernel) == chosen or EARLY_TWINS.get(chosen) == kernel:
-                if tuned[1] in layouts_of(kernel)(p):
-                    return tuned[1]
+            same = chosen == kernel or EARLY_TWINS.get(kernel) == chosen or EARLY_TWINS.get(chosen) == kernel
+            if same and tuned[1] in layouts_of(kernel)(p):
+                return tuned[1]
         if kernel == "layernorm_v6_shift" and ("rmsnorm", p.dtype, p.n) in TUNED:
             return TUNED["rmsnorm", p.dtype, p.n][1]
         if kernel in STREAM_BUILDS:
@@ -803,6 +803,7 @@ def random_arrays(op: str, shape, dtype, seed: int, mean: float | None = None) -
     """x, w, (b,) and an output y of one problem on the GPU, all drawn from ``seed``: x ~ N(mean, 1)
     (``INPUT_MEAN`` by default), w ~ 1 + 0.1 N(0, 1), b ~ 0.1 N(0, 1); y uninitialised."""
     import cupy
+
     from utils.arrays import bf16, random_normal
     rows, n = (int(s) for s in shape)
     name = dtype_of(dtype)
@@ -830,6 +831,7 @@ def torch_peers(op: str, compiled: bool = True) -> dict:
     on the case's own memory (zero copy)."""
     import torch
     import torch._dynamo
+
     from utils.arrays import as_torch
     for name in ("recompile_limit", "cache_size_limit"):      # 10 fixed shapes per op, one compile each
         if hasattr(torch._dynamo.config, name):

@@ -5,21 +5,45 @@ FP8 kernels, and three ops with their own version ladders:
 - ``w4a16_gemv`` (:mod:`.gemv`, :data:`GEMV`): the batch-1 W4A16 GEMV, v0-v6;
 - ``w4a16_gemm`` (:mod:`.gemm`, :data:`GEMM`): the tensor-core W4A16 GEMM for batch 1-64, v1-v4.
 
-One .cu file per version under kernels/quant/, shared device code in the headers beside them.
-Importing this package never needs a GPU.
+One .cu file per version under kernels/quant/, shared device code in the headers beside them. The
+chapter's measurements live beside the ops, imported on their own: :mod:`.ladders` (the GEMV and GEMM
+ladders and their readers), :mod:`.experiments` (ledger, copy line, INT8/FP8, format errors, conversion
+rate) and :mod:`.figures`. Importing this package never needs a GPU.
 """
 from __future__ import annotations
 
 import re
 
-from .convert import (CONVERT, CONVERT_V0_SOURCE, CONVERT_V1_SOURCE, CONVERT_V2_SOURCE, CONVERT_V3_SOURCE,  # noqa: F401
-                      ORDER as CONVERT_ORDER)
+from .convert import CONVERT, CONVERT_V0_SOURCE, CONVERT_V1_SOURCE, CONVERT_V2_SOURCE, CONVERT_V3_SOURCE  # noqa: F401
+from .convert import ORDER as CONVERT_ORDER  # noqa: F401
 from .formats import *  # noqa: F401,F403
 from .formats import INT8_FP8_SOURCE  # noqa: F401
-from .gemm import (BEST_GEMM, GEMM, GEMM_V1_SOURCE, GEMM_V2_SOURCE, GEMM_V3_SOURCE, GEMM_V4_SOURCE,  # noqa: F401
-                   MARLIN_DEFAULT, Marlin, gemm_problem, marlin_name, marlin_stage_bytes, stripe_partition)
-from .gemv import (BEST_GEMV, GEMV, GEMV_V0_SOURCE, GEMV_V1_SOURCE, GEMV_V2_SOURCE, GEMV_V3_SOURCE,  # noqa: F401
-                   GEMV_V4_SOURCE, GEMV_V5_SOURCE, GEMV_V6_SOURCE, gemv_problem)
+from .gemm import (  # noqa: F401
+    BEST_GEMM,
+    GEMM,
+    GEMM_V1_SOURCE,
+    GEMM_V2_SOURCE,
+    GEMM_V3_SOURCE,
+    GEMM_V4_SOURCE,
+    MARLIN_DEFAULT,
+    Marlin,
+    gemm_problem,
+    marlin_name,
+    marlin_stage_bytes,
+    stripe_partition,
+)
+from .gemv import (  # noqa: F401
+    BEST_GEMV,
+    GEMV,
+    GEMV_V0_SOURCE,
+    GEMV_V1_SOURCE,
+    GEMV_V2_SOURCE,
+    GEMV_V3_SOURCE,
+    GEMV_V4_SOURCE,
+    GEMV_V5_SOURCE,
+    GEMV_V6_SOURCE,
+    gemv_problem,
+)
 
 
 def sources() -> list:

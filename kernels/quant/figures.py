@@ -1,6 +1,9 @@
-"""Two pictures of chapter 9, drawn from the same definitions the kernels and tests use: the bf16 bit
-layout of the magic-number conversion (``0x4300 | q = 128 + q``) and the nibble order of the mma
-B fragments (:func:`kernels.quant.formats.mma_fragment_map`). CPU only (matplotlib)."""
+"""Chapter 9's figures, in the book's style (:mod:`utils.plot`). Two pictures drawn from the same
+definitions the kernels and tests use: the bf16 bit layout of the magic-number conversion
+(``0x4300 | q = 128 + q``) and the nibble order of the mma B fragments
+(:func:`kernels.quant.formats.mma_fragment_map`); and the time-vs-bytes plot of the measured copies and
+GEMVs. ``draw_*`` draw into a given axis; ``plot_*`` make the figure at the column width. CPU only
+(matplotlib)."""
 from __future__ import annotations
 
 import numpy as np
@@ -44,7 +47,7 @@ def draw_bf16_magic(ax, q: int = 0b1011):
     ax.set_xlim(-7, 16.2)
     ax.set_ylim(-0.3, len(rows) + 0.4)
     ax.axis("off")
-    ax.set_title("bf16 magic number: OR a nibble into the mantissa of 128.0", fontsize=10)
+    ax.set_title("bf16 magic number: OR a nibble into the mantissa of 128.0")
     return ax
 
 
@@ -60,23 +63,81 @@ def fragment_owner_grid(lane: int) -> np.ndarray:
     return grid
 
 
-def draw_fragment_order(ax, lanes=(0, 5)):
+def draw_fragment_order(ax, lanes=(0, 5), first_colour: int = 0):
     """The k16 x n16 weight tile with the 8 nibbles of each of ``lanes`` marked: pairs (i, i + 4) sit at
-    rows (2t, 2t + 1) or (2t + 8, 2t + 9) of one column, which is what b0/b1 of mma.m16n8k16 want."""
+    rows (2t, 2t + 1) or (2t + 8, 2t + 9) of one column, which is what b0/b1 of mma.m16n8k16 want. Lane j
+    of ``lanes`` gets the book's version colour ``first_colour + j``."""
     import matplotlib.pyplot as plt
+
+    from utils.plot import version_style
     ax.set_xlim(0, 16)
     ax.set_ylim(16, 0)
     ax.set_xticks(range(0, 17, 4))
     ax.set_yticks(range(0, 17, 4))
     ax.grid(True, lw=0.3)
-    cmap = plt.get_cmap("tab10")
+    ax.set_aspect("equal")
     for j, lane in enumerate(lanes):
         grid = fragment_owner_grid(lane)
+        colour = version_style(first_colour + j)["color"]
         for k, n in zip(*np.nonzero(grid >= 0)):
-            ax.add_patch(plt.Rectangle((n, k), 1, 1, color=cmap(j), alpha=0.6))
+            ax.add_patch(plt.Rectangle((n, k), 1, 1, color=colour, alpha=0.6))
             ax.text(n + 0.5, k + 0.5, str(grid[k, n]), ha="center", va="center", fontsize=8)
     ax.set_xlabel("n (column of W in the tile)")
     ax.set_ylabel("k (row of W in the tile)")
-    ax.set_title("nibble i of one int32 per lane: " + ", ".join(f"lane {l} (g={l // 4}, t={l % 4})" for l in lanes),
-                 fontsize=9)
+    ax.set_title(", ".join(f"lane {l} (g={l // 4}, t={l % 4})" for l in lanes))
     return ax
+
+
+def plot_fragment_order(lanes=(0, 5)):
+    """Small multiples: one k16 x n16 tile per lane of ``lanes``, the numbers being nibble i of that lane's
+    int32. Returns the figure."""
+    from utils.plot import COLUMN_IN, figure, grid_shape
+    rows, cols = grid_shape(len(lanes), cols=2)
+    fig, axes = figure(rows, cols, height=COLUMN_IN / cols)
+    for j, (ax, lane) in enumerate(zip(axes.flat, lanes)):
+        draw_fragment_order(ax, lanes=(lane,), first_colour=j)
+    for ax in list(axes.flat)[len(lanes):]:
+        ax.axis("off")
+    fig.suptitle("nibble i of one int32 per lane, in a k16 x n16 tile of W")
+    return fig
+
+
+def plot_bf16_magic(q: int = 0b1011):
+    """The bit layout of :func:`draw_bf16_magic` at the column width. Returns the figure."""
+    from utils.plot import figure
+    fig, axes = figure(1, 1, height=2.4)
+    draw_bf16_magic(axes[0, 0], q=q)
+    return fig
+
+
+def plot_time_vs_bytes(moved, us, *, fit=None, series=None, peers=(), marks=None, limit_mb=None, title=""):
+    """Time (µs) against MB: the measured copies (``moved`` bytes read + written, ``us``) as grey points, the
+    line ``fit`` through them (an object with ``.us(nbytes)``, labelled by its ``str``), ``series``
+    ({label: [(bytes, µs), ...]}: GEMV versions in their registry colour, ``peers`` in grey and dashed), and
+    dotted vertical ``marks`` ({label: bytes}). ``limit_mb`` crops both axes to [0, limit]. Returns the figure."""
+    from utils.plot import figure, peer_style, version_style
+
+    from .gemv import GEMV
+    fig, axes = figure(1, 1, height=3.6)
+    ax = axes[0, 0]
+    moved, us = np.asarray(moved, dtype=float), np.asarray(us, dtype=float)
+    copy = peer_style(len(peers))
+    ax.plot(moved / 1e6, us, linestyle="none", marker="o", color=copy["color"], label="device copy, same bench")
+    if fit is not None:
+        xs = np.linspace(0, moved.max(), 50)
+        ax.plot(xs / 1e6, [fit.us(x) for x in xs], "-", lw=1, color=copy["color"], label=f"fit: {fit}")
+    for label, pts in (series or {}).items():
+        style = (peer_style(list(peers).index(label)) if label in peers
+                 else version_style(list(GEMV).index(label) if label in GEMV else 0))
+        ax.plot([b / 1e6 for b, _ in pts], [t for _, t in pts], label=label, **style)
+    for label, nbytes in (marks or {}).items():
+        ax.axvline(nbytes / 1e6, color="0.5", ls=":", lw=0.8)
+        ax.annotate(" " + label, xy=(nbytes / 1e6, 0.9), xycoords=("data", "axes fraction"), fontsize=8)
+    if limit_mb is not None:
+        ax.set_xlim(0, limit_mb)
+        ax.set_ylim(0, limit_mb)
+    ax.set_xlabel("MB (copies: read + written; GEMVs: ledger bytes)" if series else "MB moved (read + written)")
+    ax.set_ylabel("time (us)")
+    ax.set_title(title)
+    ax.legend(loc="lower right" if marks else "upper left")      # clear of the mark labels at the top
+    return fig

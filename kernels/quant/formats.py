@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from utils.arrays import as_torch, bf16, ceil_div, xp as array_module
+from utils.arrays import as_torch, bf16, ceil_div
+from utils.arrays import xp as array_module
 from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
 

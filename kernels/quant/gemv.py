@@ -20,7 +20,16 @@ from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
 from utils.version import Launch, Registry, Unsupported, Version, Workspace, config_type
 
-from .formats import GEMV_COLS, GROUP, SEQ_ORDER, THREADS, gemv_check_shapes, pack_gemv_tiled, pack_mma, unpack_nibbles
+from .formats import (
+    GEMV_COLS,
+    GROUP,
+    SEQ_ORDER,
+    THREADS,
+    gemv_check_shapes,
+    pack_gemv_tiled,
+    pack_mma,
+    unpack_nibbles,
+)
 
 # Template instances (tile and pipeline depth): the defaults plus the variants the tuning script compares.
 GemvV2 = config_type("GemvV2", "columns stages")                  # BN columns per CTA, cp.async stages

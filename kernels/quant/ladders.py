@@ -1,15 +1,30 @@
 """Chapter 9's two ladders (utils.ladder.Ladder) over the W4A16 GEMV and GEMM registries: how to make a
 problem of a shape, its reference, its cost, and the peers timed beside the versions (cuBLAS bf16 on the
 same weights dequantized, PyTorch's tinygemm on the same INT4 codes). Shapes are (M, K, N); the GEMV's M
-is 1. Everything random comes from the ladder's seeded generator."""
+is 1. Everything random comes from the ladder's seeded generator. The end of the module reads the ladders
+back from the record: times, the time-vs-bytes points, the tables against TARGETS.md's bars, the roofline."""
 from __future__ import annotations
 
 import numpy as np
 
-from utils.ladder import Case, Ladder
+from utils.ladder import Case, Ladder, shape_name
+from utils.table import Table
 
-from .formats import (BF16, GROUP, dequantize_int4, gemm_nbytes, gemv_nbytes, gemv_reference, pack_gemv_tiled,
-                      pack_gptq, pack_mma, pack_tinygemm, random_int4_problem, unpack_nibbles)
+from .formats import (
+    BF16,
+    GROUP,
+    dequantize_int4,
+    gemm_bf16_nbytes,
+    gemm_nbytes,
+    gemv_nbytes,
+    gemv_reference,
+    pack_gemv_tiled,
+    pack_gptq,
+    pack_mma,
+    pack_tinygemm,
+    random_int4_problem,
+    unpack_nibbles,
+)
 from .gemm import GEMM
 from .gemv import GEMV
 
@@ -51,7 +66,7 @@ def make_gemm(shape, dtype, rng) -> Case:
 
 def codes(case: Case):
     """(q [K, N], z [K/128, N], s) of a case, unpacked from what the kernels read."""
-    a, w, qzeros, s = case.args[:4]
+    _, w, qzeros, s = case.args[:4]
     z = unpack_nibbles(qzeros, 1)
     if w.ndim == 2:                                               # GPTQ qweight
         return unpack_nibbles(w, 0), z, s
@@ -158,3 +173,62 @@ def measure_read_same_bytes(rec, nbytes: int) -> dict:
 
     return rec.time("read_same_bytes", "cupy.sum", run, dtype="float32", shape=(n,), nbytes=n * 4, is_peer=True,
                     check=check)
+
+
+# --- reading the two ladders back from the record -----------------------------------------------------
+
+def us(ladder: Ladder, impl: str, shape, dtype: str = "bfloat16") -> float:
+    """The recorded time of ``impl`` on ``shape`` in µs (any ladder of the op reads the same record)."""
+    e = ladder.entry(impl, shape, dtype)
+    if e is None:
+        raise KeyError(f"{ladder.registry.op}: nothing recorded for {impl} on {shape_name(shape)} {dtype}")
+    return e["ms"] * 1e3
+
+
+def time_vs_bytes(ladder: Ladder, impls, shapes) -> dict[str, list[tuple[int, float]]]:
+    """{impl: [(ledger bytes, µs), ...] sorted by bytes} for the GEMV's ``impls`` on ``shapes``: the points of
+    the time-vs-bytes plot and of its line fit. Bytes are the INT4 ledger's for every impl."""
+    return {impl: sorted((gemv_nbytes(s[1], s[2]), us(ladder, impl, s)) for s in shapes) for impl in impls}
+
+
+def read_table(rec, ladder: Ladder, impl: str, shapes) -> tuple[Table, dict, dict]:
+    """Measure a read of each GEMV shape's ledger bytes (:func:`measure_read_same_bytes`, recorded) and set
+    ``impl`` beside it and beside cuBLAS. Returns (table, {shape: read time / impl's time},
+    {shape: impl's speed-up over cuBLAS})."""
+    reads = {s: measure_read_same_bytes(rec, gemv_nbytes(s[1], s[2]))["ms"] * 1e3 for s in shapes}
+    return read_rows(ladder, impl, reads)
+
+
+def read_rows(ladder: Ladder, impl: str, reads: dict) -> tuple[Table, dict, dict]:
+    """The table of :func:`read_table` from the read times (µs by shape) already measured."""
+    of_read = {s: reads[s] / us(ladder, impl, s) for s in reads}
+    vs_cublas = {s: ladder.ratio(impl, "cublas_bf16", s, "bfloat16") for s in reads}
+    table = Table(["shape", "same-bytes read (us)", f"{impl} of read", "vs cuBLAS"],
+                  [[shape_name(s), f"{reads[s]:.1f}", f"{of_read[s]:.0%}", f"{vs_cublas[s]:.2f}x"] for s in reads])
+    return table, of_read, vs_cublas
+
+
+def bars_table(ladder: Ladder, shapes, bars: dict, peer: str = "cublas_bf16") -> tuple[Table, dict]:
+    """Per shape the fastest version, its speed-up over ``peer`` and the bar TARGETS.md sets for that M
+    (``bars`` by M). Returns (table, {shape: speed-up})."""
+    x = {s: ladder.ratio(ladder.best(s, "bfloat16"), peer, s, "bfloat16") for s in shapes}
+    table = Table(["shape", "fastest version", f"vs {peer}", "bar"],
+                  [[shape_name(s), ladder.best(s, "bfloat16"), f"{x[s]:.2f}x", f"{bars[s[0]]}x"] for s in shapes])
+    return table, x
+
+
+def roofline_points(ladders_by_m, K: int, N: int) -> list[dict]:
+    """Roofline entries for each (ladder, M): the fastest of ours, cuBLAS bf16 and tinygemm on (M, K, N),
+    each with its FLOPs and the bytes it really reads (cuBLAS reads bf16 weights, the others INT4).
+    One legend series per implementation (ours: the fastest version at that M), the M as each point's tag."""
+    points = []
+    for lad, M in ladders_by_m:
+        shape = (M, K, N)
+        ours = lad.best(shape, "bfloat16")
+        for impl in (ours, "cublas_bf16", "torch_int4pack_mm"):
+            e = lad.entry(impl, shape, "bfloat16")
+            nbytes = gemm_bf16_nbytes(M, K, N) if impl == "cublas_bf16" else gemm_nbytes(M, K, N)
+            series = "ours (fastest version)" if impl == ours else f"{impl} (peer)"
+            points.append(dict(e, op="w4a16", impl=f"M={M}: {impl}", flops=2.0 * M * K * N, bytes=nbytes,
+                               series=series, tag=f"M={M}"))
+    return points

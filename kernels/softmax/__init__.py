@@ -9,7 +9,8 @@ this package (``v04_cluster_row.cu``), the device headers it shares with others 
 (``chunks.cuh``, ``registers.cuh``, ``raw.cuh``, ``cluster_merge.cuh``, ``exp_once.cuh``), its
 tunable template instances as named configs, and a pure plan (tested on the CPU).
 :func:`dispatch` picks a version per shape; :func:`softmax` runs it. The NumPy mirror of the kernels'
-work split and of the (m, l) algebra is in :mod:`kernels.softmax.mirror`.
+work split and of the (m, l) algebra is in :mod:`kernels.softmax.mirror`; chapter 6's ladder, ledger,
+sweeps and tables are in :mod:`kernels.softmax.experiments`.
 """
 from __future__ import annotations
 
@@ -232,7 +233,7 @@ def config_of(label: str, recorded):
     kind = type(DEFAULTS[label]["float32"][0])
     if isinstance(recorded, kind):
         return recorded
-    return kind(**recorded) if isinstance(recorded, dict) else kind(*recorded) if isinstance(recorded, dict) else kind(*recorded)
+    return kind(**recorded) if isinstance(recorded, dict) else kind(*recorded)
 
 
 def max_cols(label: str, dtype) -> int | None:
