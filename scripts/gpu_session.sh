@@ -76,7 +76,11 @@ if [ -n "$RUN_ARGS" ]; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 # Pack the executed notebooks and records now, so a later step that runs out of time loses nothing.
-[ -n "$RUN_ARGS" ] && tar czf "$OUT_DIR/book_outputs.tar.gz" chapters/*.ipynb results 2>/dev/null || true
+# Only the notebooks this run wrote (newer than env.log): unpacking must never put back an unexecuted copy.
+if [ -n "$RUN_ARGS" ]; then
+  mapfile -t written < <(find chapters -name '*.ipynb' -newer "$OUT_DIR/env.log")
+  tar czf "$OUT_DIR/book_outputs.tar.gz" "${written[@]}" results 2>/dev/null || true
+fi
 
 [ "$TESTS" = 1 ] && [ "$TESTS_FIRST" = 0 ] && run_tests
 
