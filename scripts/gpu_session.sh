@@ -6,7 +6,8 @@
 #   --tests         the whole test suite (CPU tests, NVRTC compile checks, GPU kernel tests)
 #   --test-args A   pytest arguments instead of the whole suite, e.g. "tests/gpu/test_softmax.py -x"
 #   --tests-first   run the tests before the notebooks (a first run of new kernels: fail fast)
-#   --nbval         nbval over the TOC's notebooks (re-executes them; slow)
+#   --nbval         nbval over the TOC's notebooks (re-executes them; slow); env NBVAL_NOTEBOOKS picks
+#                   others, and BOOK_ARCH=sm_80 in the environment makes it the A100 reader's nbval pass
 #   --ampere        the A100 reader's pass: every TOC notebook executed with BOOK_ARCH=sm_80 into
 #                   $OUT/ampere (never stamped), counting tracebacks and one-line skips per notebook
 #   --compile-times cold and warm compile seconds per chapter (scripts/compile_times.py)
@@ -96,7 +97,7 @@ if [ "$AMPERE" = 1 ]; then
 fi
 
 if [ "$NBVAL" = 1 ]; then
-  nbs=$(python3 -c "from utils.stamp import toc_notebooks; print(' '.join(map(str, toc_notebooks())))")
+  nbs=${NBVAL_NOTEBOOKS:-$(python3 -c "from utils.stamp import toc_notebooks; print(' '.join(map(str, toc_notebooks())))")}
   # shellcheck disable=SC2086
   # nbval re-executes to verify; its records go to a scratch folder, not over the stored ones.
   BOOK_RESULTS=$(mktemp -d) python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env $nbs \
