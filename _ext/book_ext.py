@@ -34,19 +34,24 @@ logger = logging.getLogger(__name__)
 VENDOR = "vendor/"
 MERMAID_JS = VENDOR + "mermaid.min.js"
 
-# Renders the diagrams once the page (and mermaid.min.js before it) has loaded. The theme follows
-# the page's light/dark setting at load time.
+# Runs right after mermaid.min.js: switch off its own start-on-load first (left on, the UMD build renders
+# every .mermaid node at DOMContentLoaded with its default settings, before the handler below, so the
+# first diagrams of a page came out in another style and a diagram with an init directive stayed text);
+# then render every diagram once the page has loaded. The theme follows the page's light/dark setting.
 MERMAID_INIT = """
-window.addEventListener("load", function () {
+(function () {
   if (typeof window.mermaid === "undefined") {
     console.error("mermaid.min.js did not load: diagrams stay as text");
     return;
   }
-  var dark = document.documentElement.dataset.theme === "dark";
-  window.mermaid.initialize({startOnLoad: false, securityLevel: "strict",
-                             theme: dark ? "dark" : "default"});
-  window.mermaid.run({querySelector: "pre.mermaid"});
-});
+  window.mermaid.initialize({startOnLoad: false, securityLevel: "strict"});
+  window.addEventListener("load", function () {
+    var dark = document.documentElement.dataset.theme === "dark";
+    window.mermaid.initialize({startOnLoad: false, securityLevel: "strict",
+                               theme: dark ? "dark" : "default"});
+    window.mermaid.run({querySelector: "pre.mermaid"});
+  });
+})();
 """.strip()
 
 
