@@ -355,7 +355,7 @@ class Ladder:
             if frac_mode:
                 a.axvline(100, color="k", lw=0.8)
             a.set_xlim(0, max(110.0, 1.06 * top) if frac_mode else 1.1 * top)   # from zero: honest lengths
-            a.set_title(f"{shape_name(sh)} {dn}", fontsize=P.FONT_PT - 1)
+            a.set_title(f"{shape_name(sh)}\n{dn}", fontsize=P.FONT_PT - 1)   # two lines: 4 panels fit across
             a.grid(True, axis="x", alpha=0.3)
             a.grid(False, axis="y")
         axes[0].set_yticks(range(len(impls)))

@@ -18,11 +18,11 @@ DPI = 110
 FONT_PT = 10
 
 # Colour-blind-safe, ordered (Okabe-Ito, then a few darker tones): the n-th version of a ladder
-VERSION_COLORS = ("#56B4E9", "#E69F00", "#009E73", "#CC79A7", "#0072B2", "#D55E00", "#F0E442",
+VERSION_COLORS = ("#56B4E9", "#E69F00", "#009E73", "#CC79A7", "#0072B2", "#D55E00", "#A6761D",
                   "#332288", "#117733", "#882255", "#44AA99", "#AA4499", "#999933", "#661100")
 PEER_COLORS = ("#222222", "#777777", "#AAAAAA", "#555555")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "*", "p", "d", "8")
-PEER_MARKERS = ("x", "+", "1", "*")
+PEER_MARKERS = ("x", "+", "v", "*")
 
 
 def apply_style() -> None:
