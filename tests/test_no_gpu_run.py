@@ -27,7 +27,8 @@ def test_a_chapter_executes_without_a_gpu_to_one_sentence_and_no_traceback(path,
     outputs = [(k, o) for k, c in enumerate(nb.cells) if c.cell_type == "code" for o in c.outputs]
     assert not [o for _, o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for _, o in outputs)
-    assert "no CUDA GPU here" in text and "Traceback" not in text
+    assert text.count("no CUDA GPU here") == 1 and "Traceback" not in text          # one sentence, once
+    assert not [o for _, o in outputs if o.get("name") == "stderr"]
     first = next(k for k, c in enumerate(nb.cells) if c.cell_type == "code")
     assert {k for k, _ in outputs} == {first}, "only the first cell says something"
     assert nbformat.read(str(path), as_version=4) == before          # the stored notebook is untouched

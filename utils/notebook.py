@@ -35,10 +35,9 @@ def stop_without_gpu(error: Exception):
 
     Raising here would stop Run All with a one-line error in JupyterLab, but `jupyter nbconvert
     --execute` reports any cell error with its own 30-line Python traceback before the sentence. So the
-    first cell finishes cleanly, prints the sentence (also on the kernel's stderr, which nbconvert's
-    terminal shows), and the cells after it run as `pass`. Outside IPython (a script) it raises.
+    first cell finishes cleanly, prints the sentence, and the cells after it run as `pass`. Outside
+    IPython (a script) it raises.
     """
-    import sys
     try:
         from IPython import get_ipython
         ip = get_ipython()
@@ -47,8 +46,7 @@ def stop_without_gpu(error: Exception):
     if ip is None:
         raise error
     sentence = f"{error} The cells below are skipped in this kernel."
-    print(sentence)
-    print(f"[{__name__}] {sentence}", file=sys.__stderr__)
+    print(sentence)    # once: ipykernel forwards the process's own stderr into the cell too
     if skip_cell not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.append(skip_cell)
     return None
