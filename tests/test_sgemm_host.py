@@ -1,6 +1,7 @@
-"""Chapter 10 host side on a CPU: the SGEMM registry and its plans, ``problem``'s ValueErrors, the float64
-reference, the ledger, the byte model (against a warp-by-warp count), the Nsight Compute export parser, and
-the ladder's tables read from a hand-made record."""
+"""Chapters 10-11 host side on a CPU: the SGEMM registry and its plans (v2-v9: tiles, grids, static shared
+memory, config validation, the 16-byte path's conditions, the A tile's layouts, v9's tile order and sweep),
+``problem``'s ValueErrors, the float64 reference, the ledger, the byte model (against a warp-by-warp count),
+the Nsight Compute export parser, and the ladder's tables read from a hand-made record."""
 import sys
 import types
 
@@ -25,7 +26,7 @@ def arrays(M, N, K, *, ptrs=(0x10000, 0x8000000, 0x10000000), dtype=np.float32):
 # --- the registry and the plans ----------------------------------------------------------------------
 
 def test_registry_holds_v0_and_v1_with_their_files_and_snippets():
-    assert list(G.SGEMM) == ["v0_uncoalesced", "v1_coalesced"]
+    assert list(G.SGEMM)[:2] == ["v0_uncoalesced", "v1_coalesced"]
     v0, v1 = G.SGEMM["v0_uncoalesced"], G.SGEMM["v1_coalesced"]
     assert v1.parent == "v0_uncoalesced" and v0.parent is None
     assert v0.source.file == "sgemm/v00_uncoalesced.cu" and v1.source.file == "sgemm/v01_coalesced.cu"
@@ -73,10 +74,11 @@ def test_plans_cover_c_with_32x32_blocks_and_pass_the_arguments_in_order(label, 
 
 def test_plans_refuse_more_column_tiles_than_grid_y_holds():
     p = G.shape_problem(1, 65535 * 32 + 1, 1)
-    for v in G.SGEMM.values():
+    naive = [G.SGEMM["v0_uncoalesced"], G.SGEMM["v1_coalesced"]]
+    for v in naive:
         with pytest.raises(Unsupported, match="grid y"):
             v.launches(p)
-    assert all(v.supports(G.shape_problem(1, 65535 * 32, 1)) for v in G.SGEMM.values())
+    assert all(v.supports(G.shape_problem(1, 65535 * 32, 1)) for v in naive)
 
 
 # --- problem: clear errors ---------------------------------------------------------------------------
@@ -508,3 +510,276 @@ def test_tf32_off_silences_only_pytorchs_note_on_the_legacy_flag(monkeypatch):
         with ladders.tf32_off():
             warnings.warn("an unrelated warning", UserWarning)
     assert [str(w.message) for w in seen] == ["an unrelated warning"] and matmul._v is True
+
+
+# --- chapter 11: the tiled versions v2-v9 ------------------------------------------------------------
+
+TILED = ["v2_smem_tile", "v3_reg1d", "v4_reg2d", "v5_vec4", "v6_swizzle", "v7_double_buffer", "v8_warptile",
+         "v9_tuned"]
+VEC4 = TILED[3:]
+ODD = [(1, 1, 1), (37, 199, 1823), (1, 4096, 4096), (4095, 4097, 1023), (4096, 4096, 4096), (128, 128, 8)]
+
+
+def test_the_ladder_continues_with_v2_to_v9_each_extending_the_one_before():
+    assert list(G.SGEMM) == ["v0_uncoalesced", "v1_coalesced", *TILED]
+    from utils.paths import KERNELS
+    from utils.show import snippets
+    for prev, label in zip(["v1_coalesced", *TILED], TILED):
+        v = G.SGEMM[label]
+        assert v.parent == prev and v.number == G.SGEMM[prev].number + 1
+        assert v.source.file == f"sgemm/v{v.number:02d}_{v.idea}.cu"
+        text = (KERNELS / v.source.file).read_text()
+        assert v.snippet == f"sgemm_v{v.number}" and v.snippet in snippets(text) and v.name in text
+        assert v.source.name_expressions and all(e.startswith(v.name + "<") for e in v.source.name_expressions)
+        assert v.default(None) in v.all_configs() and not v.requires   # every rung builds for sm_80
+    for file, snip in (("sgemm/atile.cuh", "sgemm_atile"), ("sgemm/warptile.cuh", "sgemm_warptile")):
+        assert snip in snippets((KERNELS / file).read_text())
+
+
+@pytest.mark.parametrize("label", TILED)
+def test_every_instantiated_config_plans_and_names_an_instantiated_kernel(label):
+    v = G.SGEMM[label]
+    for c in v.all_configs():
+        for shape in ODD:
+            (ln,) = v.launches(G.shape_problem(*shape), c)
+            assert ln.kernel in v.source.name_expressions, (c, ln.kernel)
+            assert ln.block == (G.threads_of(c), 1, 1) and ln.smem == 0
+
+
+@pytest.mark.parametrize("label", TILED)
+@pytest.mark.parametrize("shape", ODD, ids=lambda s: "x".join(map(str, s)))
+def test_tiled_grids_cover_c_exactly_once(label, shape):
+    """One block per BM x BN tile: enough to cover C, not one more (v9 lists them on x, the others as v2)."""
+    M, N, K = shape
+    v = G.SGEMM[label]
+    c = v.default(None)
+    (ln,) = v.launches(G.shape_problem(M, N, K))
+    tiles_m, tiles_n = -(-M // c.bm), -(-N // c.bn)
+    assert ln.grid == ((tiles_m * tiles_n, 1, 1) if label == "v9_tuned" else (tiles_n, tiles_m, 1))
+
+
+@pytest.mark.parametrize("shape", ODD, ids=lambda s: "x".join(map(str, s)))
+def test_non_square_tiles_put_columns_on_x_and_rows_on_y(shape):
+    M, N, K = shape
+    p = G.shape_problem(M, N, K)
+    (ln,) = G.plan_tiled("sgemm_v4_reg2d", G.v4_name)(p, G.Tile(128, 64, 8, 8, 8))
+    assert ln.grid == (-(-N // 64), -(-M // 128), 1) and ln.block == (128, 1, 1)
+    for c in G.V9_CONFIGS:
+        (ln,) = G.SGEMM["v9_tuned"].launches(p, c)
+        assert ln.grid == (-(-M // c.bm) * -(-N // c.bn), 1, 1) and ln.block == (G.threads_of(c), 1, 1)
+
+
+def test_default_tiles_threads_and_shared_memory():
+    expect = {  # label: (bm, bn, bk, threads, static smem bytes)
+        "v2_smem_tile": (32, 32, 32, 1024, 8192), "v3_reg1d": (64, 64, 8, 512, 4096),
+        "v4_reg2d": (128, 128, 8, 256, 8192), "v5_vec4": (128, 128, 8, 256, 8192),
+        "v6_swizzle": (128, 128, 8, 256, 8192), "v7_double_buffer": (128, 128, 8, 256, 16384),
+        "v8_warptile": (128, 128, 8, 256, 16384), "v9_tuned": (128, 128, 8, 256, 16384)}
+    for label, (bm, bn, bk, threads, smem) in expect.items():
+        c = G.SGEMM[label].default(None)
+        stages = 2 if G.SGEMM[label].number >= 7 else 1
+        assert (c.bm, c.bn, c.bk, G.threads_of(c), G.smem_bytes(c, stages)) == (bm, bn, bk, threads, smem), label
+    pad = G.V6(128, 128, 8, 8, 8, "pad")
+    assert G.smem_bytes(pad) == 4 * (8 * 132 + 8 * 128)    # rows of BM + 32 / BK floats
+
+
+def test_v9_space_is_small_and_every_config_is_valid():
+    assert 4 <= len(G.V9_CONFIGS) <= 8 and len(set(G.V9_CONFIGS)) == len(G.V9_CONFIGS)
+    assert G.V9_DEFAULT == G.V9_CONFIGS[0] and G.V9_DEFAULT[:6] == tuple(G.V8_WARP)
+    for c in G.V9_CONFIGS:
+        G.check_config("v9", c, stages=2, vec4=True)
+    assert len(G.V9_SOURCE.name_expressions) == 2 * len(G.V9_CONFIGS)
+
+
+@pytest.mark.parametrize("config,match", [
+    (G.Warp(128, 128, 8, 48, 32, 2), "must divide the block tile"),
+    (G.Warp(128, 128, 8, 64, 32, 3), "must split into sub-tiles"),
+    (G.Warp(128, 128, 8, 64, 8, 4), "must split into sub-tiles"),
+    (G.Warp(256, 256, 8, 32, 32, 2), "threads per block"),
+    (G.Warp(256, 256, 32, 64, 64, 4), "static shared memory"),
+    (G.Warp(128, 128, 6, 64, 32, 2), "groups of 4"),
+    (G.Warp(128, 128, 64, 64, 32, 2), "4 <= bk <= 32"),
+])
+def test_check_config_names_what_is_wrong(config, match):
+    with pytest.raises(Unsupported, match=match):
+        G.check_config("sgemm_v8_warptile", config, stages=2, vec4=True)
+
+
+def test_v6_refuses_padding_with_bk_16_and_v3_a_thread_tile_that_does_not_divide():
+    with pytest.raises(Unsupported, match="use layout='xor'"):
+        G.check_config("sgemm_v6_swizzle", G.V6(128, 128, 16, 8, 8, "pad"), vec4=True)
+    G.check_config("sgemm_v6_swizzle", G.V6(128, 128, 16, 8, 8, "xor"), vec4=True)
+    with pytest.raises(Unsupported, match="must divide"):
+        G.check_config("sgemm_v3_reg1d", G.Tile(64, 64, 8, 6, 1))
+    with pytest.raises(ValueError, match="not instantiated"):
+        G.SGEMM["v8_warptile"].launches(G.shape_problem(64, 64, 64), G.Warp(64, 64, 8, 32, 32, 2))
+
+
+def test_tiled_plans_refuse_more_row_tiles_than_grid_y_holds():
+    for label in TILED[:-1]:
+        c = G.SGEMM[label].default(None)
+        with pytest.raises(Unsupported, match="grid y"):
+            G.SGEMM[label].launches(G.shape_problem(65535 * c.bm + 1, 1, 1))
+        assert G.SGEMM[label].supports(G.shape_problem(65535 * c.bm, 1, 1))
+    assert G.SGEMM["v9_tuned"].supports(G.shape_problem(65535 * 128 + 1, 1, 1))   # a 1-D grid
+
+
+def _vec(label, M, N, K, ptrs=(1 << 36, 2 << 36, 3 << 36)):
+    v = G.SGEMM[label]
+    (ln,) = v.launches(v.validate(*arrays(M, N, K, ptrs=ptrs)))
+    assert ln.kernel.endswith(", true>") or ln.kernel.endswith(", false>")
+    return ln.kernel.endswith(", true>")
+
+
+@pytest.mark.parametrize("label", VEC4)
+def test_the_16_byte_path_only_where_k_n_and_every_pointer_allow_it(label):
+    assert _vec(label, 64, 64, 64) and _vec(label, 1, 4, 4) and _vec(label, 37, 200, 1824)
+    assert not _vec(label, 64, 64, 63) and not _vec(label, 64, 66, 64) and not _vec(label, 37, 199, 1823)
+    for k in range(3):     # each of A, B, C 4 bytes off a 16-byte boundary
+        ptrs = [1 << 36, 2 << 36, 3 << 36]
+        ptrs[k] += 4
+        assert not _vec(label, 64, 64, 64, tuple(ptrs))
+    p = G.shape_problem(64, 64, 64)
+    assert G.vec_ok(p) and not G.vec_ok(G.shape_problem(64, 63, 64))
+
+
+def test_tile_names_are_the_templates_arguments_in_order():
+    assert G.v5_name(G.V5_TILE, True) == "sgemm_v5_vec4<128, 128, 8, 8, 8, true>"
+    assert G.v6_name(G.V6(128, 128, 8, 8, 8, "pad"), False) == "sgemm_v6_swizzle<128, 128, 8, 8, 8, 1, false>"
+    assert G.v9_name(G.V9_DEFAULT, True) == "sgemm_v9_tuned<128, 128, 8, 64, 32, 2, 2, 8, true>"
+
+
+# --- the A tile's layouts (atile.cuh), modelled ----------------------------------------------------
+
+def a_tile_index(k: int, m: int, bm: int, bk: int, layout: str) -> int:
+    """atile.cuh's ATile<BM, BK, LAYOUT>::at in Python."""
+    if layout == "pad":
+        return k * (bm + 32 // bk) + m
+    return k * bm + (m ^ ((k >> 2) * (128 // bk)))
+
+
+def store_banks(bm: int, bk: int, layout: str, warp: int = 0, j: int = 0) -> list[int]:
+    """The banks one warp's j-th transposed store of A hits (v6-v9's mapping: float4 i -> row i / (bk / 4),
+    k (i % (bk / 4)) * 4)."""
+    banks = []
+    for lane in range(32):
+        i = warp * 32 + lane
+        m, k = i // (bk // 4), (i % (bk // 4)) * 4
+        banks.append(a_tile_index(k + j, m, bm, bk, layout) % 32)
+    return banks
+
+
+def test_the_model_is_the_kernels_index_function():
+    from utils.paths import KERNELS
+    text = (KERNELS / "sgemm/atile.cuh").read_text()
+    assert "static constexpr int LD = LAYOUT == 1 ? BM + 32 / BK : BM;" in text
+    assert "return k * LD + (LAYOUT == 2 ? m ^ ((k >> 2) * (128 / BK)) : m);" in text
+
+
+@pytest.mark.parametrize("bm,bk", [(128, 4), (128, 8), (128, 16), (128, 32), (64, 16), (32, 8)])
+def test_the_xor_swizzle_permutes_each_row_and_keeps_groups_of_4_whole(bm, bk):
+    for k in range(bk):
+        cols = [a_tile_index(k, m, bm, bk, "xor") - k * bm for m in range(bm)]
+        assert sorted(cols) == list(range(bm)), f"row {k} is not a permutation"
+        assert all(cols[m + 1] == cols[m] + 1 for m in range(bm) if m % 4 != 3), f"row {k}: a 4-float group is split"
+        assert all(cols[m] % 4 == 0 for m in range(0, bm, 4))
+
+
+@pytest.mark.parametrize("bm,bk", [(128, 8), (128, 16), (128, 32), (64, 16)])
+def test_the_xor_swizzle_spreads_each_warps_stores_over_32_banks(bm, bk):
+    for warp in range(bm * bk // 4 // 32):
+        for j in range(4):
+            assert sorted(store_banks(bm, bk, "xor", warp, j)) == list(range(32)), (warp, j)
+
+
+def test_padding_removes_the_conflict_for_bk_8_and_the_plain_layout_has_it():
+    assert sorted(store_banks(128, 8, "pad")) == list(range(32))
+    plain = [(i // 2) % 32 for i in range(32)]                 # v5: As[k][m] with 128-float rows
+    assert max(plain.count(b) for b in set(plain)) == 2
+
+
+def test_v9_tile_order_visits_every_tile_once():
+    """v09_tuned.cu's block -> tile mapping, modelled: a bijection for any group size and ragged last group."""
+    def order(tiles_m, tiles_n, group):
+        out = []
+        for b in range(tiles_m * tiles_n):
+            per = group * tiles_n
+            first = (b // per) * group
+            rows = min(tiles_m - first, group)
+            out.append((first + (b % per) % rows, (b % per) // rows))
+        return out
+    for tm, tn, g in [(1, 1, 8), (33, 7, 8), (32, 33, 8), (5, 9, 1), (3, 4, 16)]:
+        seen = order(tm, tn, g)
+        assert sorted(seen) == [(i, j) for i in range(tm) for j in range(tn)]
+    assert order(16, 2, 8)[:9] == [(i, 0) for i in range(8)] + [(0, 1)]   # down a group, then one right
+
+
+# --- v9's sweep read back from a record ---------------------------------------------------------------
+
+def test_tuned_config_picks_the_fastest_recorded_config_and_falls_back_to_the_default(tmp_path):
+    from utils.ladder import jsonable_config
+    from utils.record import Record
+    rec = Record("11-tiled-gemm", gpu="cpu-test", root=tmp_path)
+    s, other = (4096, 4096, 4096), (1, 12288, 4096)
+    assert G.tuned_config(rec, s) == G.V9_DEFAULT and G.tuned_config([], s) == G.V9_DEFAULT
+    f = G.flops(*s)
+    for c, tf in zip(G.V9_CONFIGS, [40.0, 38.0, 47.5, 41.0, 30.0, 29.0]):
+        rec.add("sgemm", G.config_impl(c), dtype="float32", shape=s, ms=f / (tf * 1e12) * 1e3, flops=f,
+                config=jsonable_config(c))
+    rec.add("sgemm", "v9_tuned", dtype="float32", shape=s, ms=0.5, flops=f, config=jsonable_config(G.V9_CONFIGS[5]))
+    rec.add("sgemm", G.config_impl(G.V9_CONFIGS[4]), dtype="float32", shape=other, ms=1.0, flops=f,
+            config=jsonable_config(G.V9_CONFIGS[4]))
+    assert G.tuned_config(rec, s) == G.V9_CONFIGS[2]
+    assert G.tuned_config(rec.entries, list(s)) == G.V9_CONFIGS[2]        # a list of entries, a list shape
+    assert G.tuned_config(rec, other) == G.V9_CONFIGS[4]
+    assert [c for c, _ in G.swept(rec, s)][:2] == [G.V9_CONFIGS[2], G.V9_CONFIGS[3]]
+    assert G.config_impl(G.V9_DEFAULT) == "v9_tuned[128,128,8,64,32,2,2,8]"
+    # a recorded config that is no longer instantiated is ignored
+    rec.add("sgemm", "v9_tuned[1,2,3]", dtype="float32", shape=s, ms=1e-6, flops=f,
+            config={**jsonable_config(G.V9_DEFAULT), "bk": 4})
+    assert G.tuned_config(rec, s) == G.V9_CONFIGS[2]
+
+
+def test_tune_refuses_configs_it_did_not_instantiate(tmp_path):
+    from utils.record import Record
+    rec = Record("11-tiled-gemm", gpu="cpu-test", root=tmp_path)
+    with pytest.raises(ValueError, match="not instantiated"):
+        G.tune(rec, [(64, 64, 64)], configs=[G.V9(64, 64, 8, 32, 32, 2, 2, 8)])
+
+
+def test_tune_times_every_config_on_every_shape_through_the_ladder(tmp_path, monkeypatch, capsys):
+    """Without a GPU: the ladder's time() replaced by a fake that records what the real one would."""
+    from utils.ladder import Ladder, jsonable_config
+    from utils.record import Record
+    rec = Record("11-tiled-gemm", gpu="cpu-test", root=tmp_path)
+    calls = []
+
+    def fake_time(self, label, shapes=None, config=None, impl=None, extra=None):
+        calls.append((label, tuple(shapes[0]), config, impl))
+        f = G.flops(*shapes[0])
+        speed = 50.0 if config == G.V9_CONFIGS[3] else 40.0
+        return [rec.add("sgemm", impl, dtype="float32", shape=shapes[0], ms=f / (speed * 1e12) * 1e3, flops=f,
+                        config=jsonable_config(config), **(extra or {}))]
+    monkeypatch.setattr(Ladder, "time", fake_time)
+    monkeypatch.setitem(sys.modules, "tqdm", None)      # the plain progress lines
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    shapes = [(4096, 4096, 4096), (37, 199, 1823)]
+    best = G.tune(rec, shapes)
+    assert len(calls) == len(shapes) * len(G.V9_CONFIGS) and {c[0] for c in calls} == {"v9_tuned"}
+    assert all(impl == G.config_impl(c) for _, _, c, impl in calls)
+    assert best == {s: G.V9_CONFIGS[3] for s in shapes}
+    assert "sgemm v9 sweep: 12/12" in capsys.readouterr().out
+    assert all(e["swept"] for e in rec.entries)
+
+
+def test_smem_model_matches_what_ptxas_reports_for_every_instance():
+    """NVRTC on the CPU (cached builds): each instance's static shared memory is smem_bytes of its config."""
+    from utils.build import compile_source
+    stages = {2: 1, 3: 1, 4: 1, 5: 1, 6: 1, 7: 2, 8: 2, 9: 2}
+    for label in TILED:
+        v = G.SGEMM[label]
+        comp = compile_source(v.source, arch="sm_90")
+        for c in v.all_configs():
+            for expr in {ln.kernel for shape in ((64, 64, 64), (3, 5, 7)) for ln in v.launches(G.shape_problem(*shape), c)}:
+                got = comp.report[comp.symbols[expr]]["smem_bytes"]
+                assert got == G.smem_bytes(c, stages[v.number]), (expr, got)

@@ -149,10 +149,12 @@ def table(lad: Ladder, labels, shapes=None) -> Table:
 
 
 def summary(lad: Ladder, shapes=None) -> Table:
-    """Every version and peer on every shape, TFLOP/s to three significant digits."""
-    impls = [*SGEMM, *lad.peers]
+    """Every version and peer recorded on these shapes, TFLOP/s to three significant digits (a version with
+    nothing recorded, such as chapter 11's in chapter 10, gets no column)."""
+    shapes = shapes or lad.shapes
+    impls = [i for i in [*SGEMM, *lad.peers] if any(lad.entry(i, s, "float32") for s in shapes)]
     rows = []
-    for s in shapes or lad.shapes:
+    for s in shapes:
         cells = [lad.entry(i, s, "float32") for i in impls]
         rows.append([shape_name(s), *["" if e is None else sig(e["metric"]) for e in cells]])
     return Table(["M x N x K", *impls], rows, caption="TFLOP/s, one run", align="l" + "r" * len(impls))

@@ -105,3 +105,65 @@ def test_peers_match_the_reference_and_leave_torch_tf32_as_it_was():
         assert torch.backends.cuda.matmul.allow_tf32 is setting
         assert_close(from_torch(out), ref, dtype="float32", name=f"torch.matmul, TF32 off (seed {seed})")
     torch.backends.cuda.matmul.allow_tf32 = before
+
+
+# --- chapter 11: both paths of v5-v9, every layout of v6, every config of v9, the sweep --------------
+
+VEC4 = ["v5_vec4", "v6_swizzle", "v7_double_buffer", "v8_warptile", "v9_tuned"]
+# (shape, offsets of a, b, c in floats): the 16-byte path where all allow it, else the 4-byte one
+PATHS = [((128, 128, 64), (0, 0, 0), True), ((300, 520, 40), (0, 0, 0), True), ((37, 200, 1824), (0, 0, 0), True),
+         ((128, 128, 64), (1, 0, 0), False), ((300, 520, 40), (0, 2, 0), False), ((37, 200, 1824), (0, 0, 3), False),
+         ((129, 258, 64), (0, 0, 0), False), ((64, 64, 63), (0, 0, 0), False), ((1, 4096, 4096), (1, 1, 1), False)]
+
+
+def _offset_view(x, off):
+    """``x`` copied into a buffer at ``off`` floats past a 256-byte boundary: 4-byte aligned, 16 only if off % 4 == 0."""
+    import cupy
+    buf = cupy.full(x.size + 8, np.nan, dtype=cupy.float32)
+    v = buf[off:off + x.size].reshape(x.shape)
+    v[...] = x
+    return v
+
+
+@pytest.mark.parametrize("case", PATHS, ids=lambda c: f"{_name(c[0])}-off{''.join(map(str, c[1]))}")
+@pytest.mark.parametrize("label", VEC4)
+@pytest.mark.parametrize("beta", [0.0, 0.75])
+def test_vec4_versions_on_both_paths(label, case, beta):
+    from kernels import sgemm as G
+    from utils.check import assert_close
+    shape, offs, vec = case
+    a, b, c, seed = _inputs(*shape, "paths", offs)
+    a, b, c = (_offset_view(x, o) for x, o in zip((a, b, c), offs))
+    if beta == 0.0:
+        c[...] = np.nan
+    ref = G.reference(a, b, c, alpha=1.25, beta=beta)
+    v = G.SGEMM[label]
+    (ln,) = v.launches(v.validate(a, b, c, alpha=1.25, beta=beta))
+    assert ln.kernel.endswith(", true>" if vec else ", false>"), ln.kernel
+    v(a, b, c, alpha=1.25, beta=beta)
+    assert_close(c, ref, dtype="float32", name=f"{label} {ln.kernel} {_name(shape)} offsets {offs} (seed {seed})")
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (37, 199, 1823), (300, 520, 40), (1, 4096, 4096), (4095, 4097, 1023)],
+                         ids=_name)
+@pytest.mark.parametrize("label", ["v6_swizzle", "v9_tuned"])
+def test_every_config_of_v6_and_v9(label, shape):
+    from kernels import sgemm as G
+    from utils.check import assert_close, poisoned
+    a, b, _, seed = _inputs(*shape, "configs")
+    ref = G.reference(a, b)
+    for config in G.SGEMM[label].all_configs():
+        c = poisoned((shape[0], shape[1]), np.float32)
+        G.SGEMM[label](a, b, c, config=config)
+        assert_close(c, ref, dtype="float32", name=f"{label} {config} {_name(shape)} (seed {seed})")
+
+
+def test_tune_records_every_config_and_tuned_config_reads_the_best(tmp_path):
+    from kernels import sgemm as G
+    from utils.record import Record
+    rec = Record("11-tiled-gemm", gpu="gpu-test", root=tmp_path)
+    shape, configs = (512, 512, 256), list(G.V9_CONFIGS[:3])
+    best = G.tune(rec, [shape], configs)
+    hits = G.swept(rec, shape)
+    assert sorted(c for c, _ in hits) == sorted(configs) and best[shape] == hits[0][0]
+    assert G.tuned_config(rec, shape) == hits[0][0] and hits[0][1]["metric"] >= hits[-1][1]["metric"]
