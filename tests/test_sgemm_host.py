@@ -783,3 +783,156 @@ def test_smem_model_matches_what_ptxas_reports_for_every_instance():
             for expr in {ln.kernel for shape in ((64, 64, 64), (3, 5, 7)) for ln in v.launches(G.shape_problem(*shape), c)}:
                 got = comp.report[comp.symbols[expr]]["smem_bytes"]
                 assert got == G.smem_bytes(c, stages[v.number]), (expr, got)
+
+
+# --- chapter 11's experiments (kernels/sgemm/tiled.py) ------------------------------------------------------
+
+def test_the_inner_loop_model_gives_each_rung_its_bounds():
+    from kernels.sgemm import tiled as T
+    assert set(T.COUNTS) == set(TILED) == set(T.TILED)
+    assert T.smem_bound("v2_smem_tile") == pytest.approx(1 / 8)              # 2 words per FMA
+    assert T.smem_bound("v3_reg1d") == pytest.approx(32 / (128 * 9 / 8))
+    assert T.wavefront_words_per_fma("v4_reg2d") == pytest.approx(16 * 3 / 64)
+    assert T.smem_bound("v5_vec4") == pytest.approx(2 / 3) and T.smem_bound("v6_swizzle") == 1.0
+    assert T.issue_bound("v4_reg2d") == pytest.approx(0.8) and T.issue_bound("v5_vec4") == pytest.approx(64 / 68)
+    bounds = [T.bound_tflops(lab, 66.0) for lab in TILED]
+    assert bounds == sorted(bounds) and bounds[-1] == pytest.approx(66.0 * 64 / 68)
+    assert [T.l2_bytes_per_fma(lab) for lab in TILED[:3]] == [0.25, 0.125, 0.0625]
+    pred = T.predictions("v3_reg1d", [(64, 64, 64)], 66.0)
+    assert pred == {((64, 64, 64), "float32"): pytest.approx(T.bound_tflops("v3_reg1d", 66.0))}
+
+
+def test_resources_come_from_the_ptxas_report_and_the_occupancy_formula():
+    from kernels.sgemm import tiled as T
+    r = T.resources("v8_warptile")
+    assert (r.threads, r.registers, r.smem, r.blocks, r.warps) == (256, 128, 16384, 2, 16)
+    assert r.kernel == G.v8_name(G.V8_WARP, True) and T.resources("v8_warptile", vec=False).kernel.endswith("false>")
+    no_hint = next(c for c in G.V9_CONFIGS if c.min_blocks == 1 and c.bk == 8)
+    assert T.resources("v9_tuned", no_hint).warps == 8
+    t = T.model_table(fma_tflops=66.0)
+    assert t.columns[-1] == "bound TFLOP/s" and [row[0] for row in t.rows] == TILED
+    c = T.config_table()
+    assert len(c.rows) == len(G.V9_CONFIGS) and c.rows[0][-1] == "default" and c.rows[0][9] == "16"
+
+
+def test_bank_counters_without_ncu_print_one_line(monkeypatch, capsys):
+    from kernels.sgemm import tiled as T
+    monkeypatch.setattr(traffic, "find_ncu", lambda env=None: None)
+    assert T.bank_counters() is None
+    assert capsys.readouterr().out.count("\n") == 1
+    t = T.bank_table(None)
+    assert [row[0] for row in t.rows] == list(T.BANK_CASES) and t.rows[0][1:3] == ["0.33", "—"]
+
+
+def test_bank_command_profiles_the_three_cases_warm_with_the_clocks_left_alone():
+    from kernels.sgemm import tiled as T
+    cmd = T.bank_command("/tmp/r", (64, 64, 64), ncu="ncu", python="py")
+    assert cmd[cmd.index("--clock-control") + 1] == "none" and "--profile-from-start" in cmd
+    assert cmd[-6:] == ["py", "-m", "kernels.sgemm.tiled", "64", "64", "64"]
+    assert all(m in cmd[cmd.index("--metrics") + 1] for m in T.BANK_METRICS.values())
+    assert [T.bank_case(n) for n in T.BANK_CASES] == [("v5_vec4", None), ("v6_swizzle", G.V6_CONFIGS[1]),
+                                                      ("v6_swizzle", G.V6_CONFIGS[0])]
+
+
+def test_bank_counters_are_read_in_launch_order():
+    from kernels.sgemm import tiled as T
+    m = T.BANK_METRICS
+
+    def launch(name, ld, st):
+        return {"kernel": name, m["ld conflicts"]: ld, m["ld wavefronts"]: 300.0, m["st conflicts"]: st,
+                m["st wavefronts"]: 200.0, m["duration (ns)"]: 2e6}
+    entries = [launch("void sgemm_v5_vec4<128, 128, 8, 8, 8, true>(int, ...)", 100.0, 100.0),
+               launch("sgemm_v6_swizzle<128, 128, 8, 8, 8, 1, true>", 0.0, 1.0),
+               launch("sgemm_v6_swizzle<128, 128, 8, 8, 8, 2, true>", 0.0, 0.0)]
+    counters = T.by_case(entries)
+    assert list(counters) == list(T.BANK_CASES) and T.conflict_ratio(counters, "v5_vec4") == pytest.approx(1 / 3)
+    assert T.conflict_ratio(counters, "v6_swizzle[pad]", "st") == pytest.approx(0.005)
+    t = T.bank_table(counters)
+    assert t.rows[0][2] == "0.333" and t.rows[0][4] == "0.500" and t.rows[2][5] == "2,000"
+    with pytest.raises(ValueError, match="expected 3 launches"):
+        T.by_case(entries[:2])
+
+
+def swept_record(tmp_path, gpu="cpu-test", speeds=(40.0, 38.0, 30.0, 41.0, 35.0, 29.0)):
+    from utils.ladder import jsonable_config
+    from utils.record import Record
+    rec = Record("11-tiled-gemm", gpu=gpu, root=tmp_path)
+    s = (4096,) * 3
+    for c, tf in zip(G.V9_CONFIGS, speeds):
+        rec.add("sgemm", G.config_impl(c), dtype="float32", shape=s, ms=G.flops(*s) / (tf * 1e12) * 1e3,
+                flops=G.flops(*s), config=jsonable_config(c), swept=True)
+    return rec
+
+
+def test_a_stored_sweep_is_carried_into_the_new_run_and_read_back(tmp_path, monkeypatch):
+    from kernels.sgemm import tiled as T
+    from utils.record import Record
+    old = swept_record(tmp_path)
+    new = Record("11-tiled-gemm", gpu="cpu-test", root=tmp_path)
+    stored = T.stored_sweep(new)
+    assert len(stored) == len(G.V9_CONFIGS) and stored[0]["metric"] == pytest.approx(41.0)
+    monkeypatch.setattr(G, "tune", lambda *a, **k: pytest.fail("a stored table must not be swept again"))
+    assert T.sweep_or_carry(new, stored=stored) == "carried"
+    assert all(e["from_run"] == old.run and e["swept"] for e in new.entries)
+    assert G.tuned_config(new, T.TUNE_SHAPE) == G.V9_CONFIGS[3]
+    t = T.tuning_table(new)
+    assert [row[-3] for row in t.rows][:2] == ["41.0", "40.0"] and t.rows[0][-2] == "100%"
+    assert T.stored_sweep(Record("11-tiled-gemm", gpu="other-gpu", root=tmp_path)) == []
+
+
+def test_without_a_stored_table_the_sweep_runs(tmp_path, monkeypatch):
+    from kernels.sgemm import tiled as T
+    from utils.record import Record
+    rec = Record("11-tiled-gemm", gpu="cpu-test-none", root=tmp_path)
+    calls = []
+    monkeypatch.setattr(G, "tune", lambda r, shapes: calls.append(shapes))
+    assert T.sweep_or_carry(rec, stored=[]) == "swept" and calls == [[T.TUNE_SHAPE]]
+    with pytest.raises(LookupError, match="sweep_or_carry"):
+        T.tuning_table(rec)
+
+
+def test_bar_and_llm_tables_read_the_record(tmp_path):
+    from kernels.sgemm import tiled as T
+    shapes = [T.BAR_SHAPE, ledger.QKV, ledger.DECODE[0]]
+    lad = recorded(tmp_path, {"v8_warptile": 38.0, "v9_tuned": 42.0, "cupy.matmul": 50.0, "torch.matmul": 49.0},
+                   shapes)
+    bar = T.bar_table(lad, T.TILED)
+    assert [row[0] for row in bar.rows] == ["v8_warptile", "v9_tuned"]
+    assert bar.rows[0][2:] == ["76%", "no", "no"] and bar.rows[1][2:] == ["84%", "yes", "no"]
+    llm = T.llm_table(lad)
+    assert [row[0] for row in llm.rows] == ["QKV projection, prefill", "QKV projection, decode M=1"]
+    assert llm.rows[0][-1] == "0.84"
+
+
+def test_odd_table_checks_every_version_on_every_odd_shape_and_names_the_path(tmp_path, monkeypatch):
+    from kernels.sgemm import tiled as T
+    from utils.ladder import Ladder
+    calls = []
+    monkeypatch.setattr(Ladder, "check", lambda self, label, shapes=None, config=None: calls.append((label, shapes[0])) or 1)
+    lad = recorded(tmp_path, {"cupy.matmul": 50.0}, [T.BAR_SHAPE])
+    t = T.odd_table(lad, ["v2_smem_tile", "v9_tuned"])
+    assert len(calls) == 2 * len(ladders.ODD_SHAPES)
+    path = {row[0]: row[1] for row in t.rows}
+    assert path["1x4096x4096"] == "16-byte" and path["4095x4097x1023"] == "4-byte" and path["37x199x1823"] == "4-byte"
+    assert all(row[2:] == ["ok", "ok"] for row in t.rows)
+
+
+def test_the_padded_layout_is_checked_and_timed_under_its_own_name(tmp_path, monkeypatch):
+    from kernels.sgemm import tiled as T
+    from utils.ladder import Ladder
+    seen = []
+    monkeypatch.setattr(Ladder, "check", lambda self, label, shapes=None, config=None: seen.append(("check", config)) or 1)
+    monkeypatch.setattr(Ladder, "time", lambda self, label, shapes=None, config=None, impl=None, extra=None:
+                        seen.append(("time", config, impl)) or [])
+    lad = recorded(tmp_path, {"cupy.matmul": 50.0}, [T.BAR_SHAPE])
+    T.time_pad(lad)
+    pad = G.V6(128, 128, 8, 8, 8, "pad")
+    assert seen[-1] == ("time", pad, T.PAD_IMPL) and seen.count(("check", pad)) == len(ladders.ODD_SHAPES)
+
+
+def test_the_ladder_table_takes_a_configs_own_impl_name(tmp_path):
+    s = (2048,) * 3
+    lad = recorded(tmp_path, {"v6_swizzle": 35.0, "v6_swizzle[pad]": 34.0, "cupy.matmul": 50.0, "torch.matmul": 49.0},
+                   [s])
+    t = ladders.table(lad, ["v6_swizzle", "v6_swizzle[pad]"])
+    assert [row[1] for row in t.rows] == ["v6_swizzle", "v6_swizzle[pad]"] and t.rows[1][3] == "34"

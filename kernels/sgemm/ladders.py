@@ -140,8 +140,9 @@ def table(lad: Ladder, labels, shapes=None) -> Table:
             e = lad.entry(lab, s, "float32")
             if e is None:
                 continue
-            pred = lad.predictions.get((SGEMM[lab].label, tuple(s), "float32"))
-            rows.append([shape_name(s), SGEMM[lab].label, f"{e['ms'] * 1e3:,.0f}", sig(e["metric"]),
+            name = SGEMM[lab].label if lab in SGEMM else lab     # or a config's own impl, "v6_swizzle[pad]"
+            pred = lad.predictions.get((name, tuple(s), "float32"))
+            rows.append([shape_name(s), name, f"{e['ms'] * 1e3:,.0f}", sig(e["metric"]),
                          "" if pred is None else sig(pred),
                          *[f"{e['metric'] / tflops(lad, p, s):.1%}" for p in lad.peers]])
     return Table(["M x N x K", "version", "µs", "TFLOP/s", "predicted", *[f"of {p}" for p in lad.peers]], rows,

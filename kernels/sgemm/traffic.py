@@ -379,10 +379,10 @@ def skipped(reason: str) -> None:
     print(f"skipped: {reason}; the table shows the model only.")
 
 
-def profile(shape=NCU_SHAPE, labels=LABELS, timeout_s: int = 300) -> dict[str, dict] | None:
-    """Nsight Compute's :data:`NCU_METRICS` for each version on ``shape`` (random normal A and B, beta = 0),
-    by label; None, after one printed line saying why, where ncu is missing or fails (no permission to
-    the counters, a timeout)."""
+def run_ncu(command_for, timeout_s: int = 300) -> str | None:
+    """Run Nsight Compute in a child process in the repository (``command_for(report, ncu)`` gives the command
+    line that writes ``report``) and return the report's raw page as CSV text; None, after one printed line
+    saying why, where ncu is missing or fails (no permission to the counters, a timeout)."""
     import os
     import subprocess
     import tempfile
@@ -397,8 +397,8 @@ def profile(shape=NCU_SHAPE, labels=LABELS, timeout_s: int = 300) -> dict[str, d
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "sgemm"
         try:
-            run = subprocess.run(ncu_command(report, shape, labels, ncu=exe), cwd=REPO, env=env, capture_output=True,
-                                 text=True, timeout=timeout_s, check=False)
+            run = subprocess.run(command_for(report, exe), cwd=REPO, env=env, capture_output=True, text=True,
+                                 timeout=timeout_s, check=False)
             rep = report.with_name(report.name + ".ncu-rep")
             if run.returncode != 0 or not rep.exists():
                 tail = (run.stdout + run.stderr).strip().splitlines()[-1:] or ["no output"]
@@ -408,11 +408,22 @@ def profile(shape=NCU_SHAPE, labels=LABELS, timeout_s: int = 300) -> dict[str, d
                 export = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
                 if export.returncode == 0 and '"ID"' in export.stdout:
                     break
-            return by_label(parse_ncu_csv(export.stdout), labels)
+            return export.stdout
         except subprocess.TimeoutExpired:
             skipped(f"ncu took longer than {timeout_s} s")
-        except ValueError as e:
-            skipped(f"ncu's export could not be read ({e})")
+        return None
+
+
+def profile(shape=NCU_SHAPE, labels=LABELS, timeout_s: int = 300) -> dict[str, dict] | None:
+    """Nsight Compute's :data:`NCU_METRICS` for each version on ``shape`` (random normal A and B, beta = 0),
+    by label; None, after one printed line saying why, where ncu is missing or fails (:func:`run_ncu`)."""
+    text = run_ncu(lambda report, exe: ncu_command(report, shape, labels, ncu=exe), timeout_s)
+    if text is None:
+        return None
+    try:
+        return by_label(parse_ncu_csv(text), labels)
+    except ValueError as e:
+        skipped(f"ncu's export could not be read ({e})")
         return None
 
 
@@ -469,6 +480,20 @@ def compare_table(shape, counters: dict | None, labels=LABELS) -> Table:
 
 # --- the profiled process -------------------------------------------------------------------------------
 
+def profiled(runs) -> None:
+    """Each launcher once outside the profiler range (compile, load, first touch), then once inside it, in order,
+    each waited for."""
+    import cupy
+    for run in runs:
+        run()
+    cupy.cuda.get_current_stream().synchronize()
+    cupy.cuda.runtime.profilerStart()
+    for run in runs:
+        run()
+        cupy.cuda.get_current_stream().synchronize()
+    cupy.cuda.runtime.profilerStop()
+
+
 def main(argv=None) -> None:
     """``python -m kernels.sgemm.traffic M N K [LABEL...]``: launch each version once outside the profiler range
     (compile, load, first touch), then once inside it, on random normal A and B (beta = 0)."""
@@ -484,14 +509,7 @@ def main(argv=None) -> None:
     b = random_normal((K, N), seed=2)[0]
     c = cupy.empty((M, N), dtype=cupy.float32)
     runs = [SGEMM[lab].bind(a, b, c) for lab in labels]
-    for run in runs:
-        run()
-    cupy.cuda.get_current_stream().synchronize()
-    cupy.cuda.runtime.profilerStart()
-    for run in runs:
-        run()
-        cupy.cuda.get_current_stream().synchronize()
-    cupy.cuda.runtime.profilerStop()
+    profiled(runs)
 
 
 if __name__ == "__main__":
