@@ -233,3 +233,22 @@ def test_ladder_plot_draws_one_panel_per_shape_and_dtype_with_peers_in_grey():
         lad.plot(ax=ax)
     one = lad.plot(shapes=[(1024,)], ax=None)
     assert len([a for a in one.figure.axes if a.get_visible()]) == 2
+
+
+def test_tables_keep_three_significant_digits_below_100_and_take_config_impl_names():
+    from utils.ladder import metric_text
+    assert [metric_text(v) for v in (0.512, 7.43, 45.0, 4064.4)] == ["0.512", "7.43", "45", "4064"]
+    rec = FakeRecord()
+    lad = Ladder(rec, make_registry(), shapes=[(1024,), (4096,)], dtypes=["float32"],
+                 make=lambda s, d, r: Case((None,)), reference=lambda c: None, nbytes=lambda s, d: 8 * s[0],
+                 peers={"peer.op": None}, ceiling=None)
+    rec.entries += [dict(e, metric_name="TFLOP/s") for e in
+                    (entry("v0_naive", (1024,), "float32", 0.512), entry("v0_naive[wide]", (1024,), "float32", 7.43),
+                     entry("peer.op", (1024,), "float32", 45.0, peer=True))]
+    lad.predict("v0_naive", 0.507, (1024,), "float32")
+    t = lad.table(["v0_naive", "v0_naive[wide]"])
+    assert [r[2:5] for r in t.rows] == [["v0_naive", "1000.0", "0.512"], ["v0_naive[wide]", "1000.0", "7.43"]]
+    assert t.column("predicted") == ["0.507", ""]
+    s = lad.summary()
+    assert s.columns == ["shape", "dtype", "v0_naive", "peer.op"]          # v1 recorded nothing: no column
+    assert s.rows == [["1024", "float32", "0.512", "45"], ["4096", "float32", "", ""]]

@@ -52,6 +52,12 @@ def dtype_name(dtype) -> str:
     return dtype if isinstance(dtype, str) else np.dtype(dtype).name
 
 
+def metric_text(v: float) -> str:
+    """A metric for a table: whole numbers from 100 up (GB/s, fast TFLOP/s), three significant digits below,
+    so a kernel at 0.512 TFLOP/s does not print as 1."""
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def case_seed(base: int, *parts) -> int:
     """A seed that depends on the ladder's seed and on what is being made (version, shape, dtype),
     stable across runs and processes."""
@@ -255,10 +261,17 @@ class Ladder:
         es = [(e["metric"], lab) for e, lab in es if e is not None]
         return max(es)[1] if es else None
 
+    def impl_name(self, label: str) -> str:
+        """A version's label, or the name a config variant was timed under (``time(..., impl="v6[pad]")``)."""
+        try:
+            return self.registry[label].label
+        except KeyError:
+            return label
+
     def table(self, labels: Sequence[str], shapes=None, peers: Sequence[str] | None = None) -> Table:
         """The standard table: per shape and dtype, each version's time and metric, its fraction of copy
         (bandwidth ladders), the prediction if one was written down, and the ratio to each peer."""
-        labels = [self.registry[lab].label for lab in labels]
+        labels = [self.impl_name(lab) for lab in labels]
         peers = list(self.peers) if peers is None else list(peers)
         rows = []
         for shape in (shapes or self.shapes):
@@ -267,16 +280,16 @@ class Ladder:
                     e = self.entry(lab, shape, dn)
                     if e is None:
                         continue
-                    row = [shape_name(shape), dn, lab, f"{e['ms'] * 1e3:.1f}", f"{e['metric']:.0f}"]
+                    row = [shape_name(shape), dn, lab, f"{e['ms'] * 1e3:.1f}", metric_text(e["metric"])]
                     frac = self.fraction_of_copy(lab, shape, dn) if self.ceiling else None
                     if self.ceiling:
                         row.append("" if frac is None else f"{frac:.0%}")
                     pred = self.predictions.get((lab, tuple(shape), dn))
                     row.append("" if pred is None else (f"{pred:.0%}" if e["metric_name"] == "GB/s"
-                                                        else f"{pred:.0f}"))
+                                                        else metric_text(pred)))
                     for p in peers:
                         r = self.ratio(lab, p, shape, dn)
-                        row.append("" if r is None else f"{r:.2f}x")
+                        row.append("" if r is None else (f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"))
                     rows.append(row)
         metric = self._metric_name()
         cols = ["shape", "dtype", "version", "µs", metric]
@@ -288,10 +301,13 @@ class Ladder:
 
     def summary(self, labels: Sequence[str] | None = None, shapes=None) -> Table:
         """Every version and peer on every shape: the metric (and fraction of copy), one column each."""
-        labels = [self.registry[lab].label for lab in (labels or self.registry)]
-        impls = labels + list(self.peers)
+        labels = [self.impl_name(lab) for lab in (labels or self.registry)]
+        shapes = shapes or self.shapes
+        # a column only for what was recorded on these shapes (a later chapter's versions stay out)
+        impls = [i for i in labels + list(self.peers)
+                 if any(self.entry(i, sh, dn) for sh in shapes for dn in self.dtypes)]
         rows = []
-        for shape in (shapes or self.shapes):
+        for shape in shapes:
             for dn in self.dtypes:
                 row = [shape_name(shape), dn]
                 for impl in impls:
@@ -302,7 +318,7 @@ class Ladder:
                     elif frac is not None:
                         row.append(f"{frac:.0%}")
                     else:
-                        row.append(f"{e['metric']:.0f}")
+                        row.append(metric_text(e["metric"]))
                 rows.append(row)
         unit = "of copy" if self.ceiling else self._metric_name()
         return Table(["shape", "dtype", *impls], rows, caption=f"every version and peer ({unit})",

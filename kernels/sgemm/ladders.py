@@ -125,42 +125,6 @@ def tflops(lad: Ladder, impl: str, shape) -> float:
     return e["metric"]
 
 
-def sig(v: float) -> str:
-    """Three significant digits: the naive kernels run at fractions of a TFLOP/s, cuBLAS at tens."""
-    return f"{v:.3g}"
-
-
-def table(lad: Ladder, labels, shapes=None) -> Table:
-    """The ladder's standard table with three significant digits (``Ladder.table`` rounds TFLOP/s to whole
-    numbers, which shows v0 as 0 or 1): per shape and version the time, TFLOP/s, the prediction written
-    before the run, and the version's fraction of each peer."""
-    rows = []
-    for s in shapes or lad.shapes:
-        for lab in labels:
-            e = lad.entry(lab, s, "float32")
-            if e is None:
-                continue
-            name = SGEMM[lab].label if lab in SGEMM else lab     # or a config's own impl, "v6_swizzle[pad]"
-            pred = lad.predictions.get((name, tuple(s), "float32"))
-            rows.append([shape_name(s), name, f"{e['ms'] * 1e3:,.0f}", sig(e["metric"]),
-                         "" if pred is None else sig(pred),
-                         *[f"{e['metric'] / tflops(lad, p, s):.1%}" for p in lad.peers]])
-    return Table(["M x N x K", "version", "µs", "TFLOP/s", "predicted", *[f"of {p}" for p in lad.peers]], rows,
-                 align="ll" + "r" * (3 + len(lad.peers)))
-
-
-def summary(lad: Ladder, shapes=None) -> Table:
-    """Every version and peer recorded on these shapes, TFLOP/s to three significant digits (a version with
-    nothing recorded, such as chapter 11's in chapter 10, gets no column)."""
-    shapes = shapes or lad.shapes
-    impls = [i for i in [*SGEMM, *lad.peers] if any(lad.entry(i, s, "float32") for s in shapes)]
-    rows = []
-    for s in shapes:
-        cells = [lad.entry(i, s, "float32") for i in impls]
-        rows.append([shape_name(s), *["" if e is None else sig(e["metric"]) for e in cells]])
-    return Table(["M x N x K", *impls], rows, caption="TFLOP/s, one run", align="l" + "r" * len(impls))
-
-
 def peer_table(lad: Ladder, fma_tflops: float, shapes=None) -> Table:
     """Per shape: each peer's TFLOP/s and its fraction of the FMA ceiling, and torch over cupy."""
     rows = []
