@@ -16,7 +16,11 @@ from utils.paths import KERNELS
 
 # (M, N, K), offsets of A, B, C in floats past a 16-byte boundary, beta
 CASES = [((1, 1, 1), (0, 0, 0), 0.0), ((33, 65, 7), (0, 0, 0), 0.75), ((37, 199, 183), (0, 0, 0), 0.0),
-         ((129, 260, 36), (0, 0, 0), 0.0), ((129, 260, 36), (1, 2, 3), 0.75), ((200, 136, 36), (0, 0, 0), 0.75)]
+         ((129, 260, 36), (0, 0, 0), 0.0), ((129, 260, 36), (1, 2, 3), 0.75), ((200, 136, 36), (0, 0, 0), 0.75),
+         # N % 4 == 1 with whole K slices: v9's iterator tests each column of a 4-wide group of B on its own
+         ((70, 133, 48), (0, 0, 0), 0.0),
+         # tiles that divide the shape: v9's loads without tests (iterator.cuh) for the BK = 8 configs
+         ((128, 256, 40), (0, 0, 0), 0.75)]
 
 DRIVER_HEAD = r"""
 #include "cuda_emu.h"
@@ -33,7 +37,9 @@ template <class Launch>
 void check(const char* what, int M, int N, int K, float alpha, float beta, int oa, int ob, int oc, Launch launch) {
     std::mt19937 g(M * 7919 + N * 31 + K + oa + 2 * ob + 3 * oc);
     std::normal_distribution<float> d;
-    std::vector<float> A(M * K + 8), B(K * N + 8), Cb(M * N + 8 + 32);
+    // NaN past the ends of A and B (a whole row and more): a kernel that reads a row or column it should not
+    // multiplies a NaN into C even where the other operand is a zero-filled tail
+    std::vector<float> A(M * K + K + 16, NAN), B(K * N + N + 16, NAN), Cb(M * N + 8 + 32);
     auto at = [](std::vector<float>& v, int off) { return (float*)(((uintptr_t)v.data() + 15) & ~(uintptr_t)15) + off; };
     float *a = at(A, oa), *b = at(B, ob), *c = at(Cb, oc);
     for (int i = 0; i < M * K; ++i) a[i] = d(g);

@@ -326,6 +326,18 @@ def test_parse_ncu_csv_reads_units_in_the_header_and_refuses_other_text():
         traffic.parse_ncu_csv("==ERROR== ERR_NVGPUCTRPERM - no permission\n")
     with pytest.raises(ValueError, match="unit 'furlong'"):
         traffic.parse_ncu_csv('"ID","Kernel Name","a__b.sum"\n"","","furlong"\n"0","k","1"\n')
+    # ncu's own launch metrics, in units the parser does not know, are left out when the wanted are named
+    text = '"ID","Kernel Name","launch__block_size","a__b.sum"\n"","","block","sector"\n"0","k","256","7"\n'
+    assert traffic.parse_ncu_csv(text, ["a__b.sum"]) == [{"kernel": "k", "a__b.sum": 7.0}]
+    with pytest.raises(ValueError, match="unit 'block'"):
+        traffic.parse_ncu_csv(text)
+
+
+def test_parse_ncu_csv_reads_the_short_time_units_of_ncu_2025():
+    # ncu 2025.3 on the H200 writes "ns" where older versions wrote "nsecond"
+    text = '"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum"\n"","","us","MB"\n"0","k","2.5","3"\n'
+    (row,) = traffic.parse_ncu_csv(text)
+    assert row["gpu__time_duration.sum"] == pytest.approx(2500.0) and row["dram__bytes_read.sum"] == pytest.approx(3e6)
 
 
 def test_by_label_and_comparison():
@@ -589,7 +601,20 @@ def test_v9_space_is_small_and_every_config_is_valid():
     assert G.V9_DEFAULT == G.V9_CONFIGS[0] and G.V9_DEFAULT[:6] == tuple(G.V8_WARP)
     for c in G.V9_CONFIGS:
         G.check_config("v9", c, stages=2, vec4=True)
-    assert len(G.V9_SOURCE.name_expressions) == 2 * len(G.V9_CONFIGS)
+    assert len(G.V9_SOURCE.name_expressions) == 3 * len(G.V9_CONFIGS)      # 16-byte untested and tested, 4-byte
+
+
+def test_v9_plan_takes_the_untested_instance_only_where_the_tiles_divide_the_shape():
+    c = G.V9_DEFAULT
+
+    def kernel(M, N, K):
+        (ln,) = G.plan_v9(G.shape_problem(M, N, K), c)
+        return ln.kernel
+    assert kernel(4096, 4096, 4096).endswith("true, true>") and kernel(8192, 11008, 4096).endswith("true, true>")
+    assert kernel(4096, 4096, 4092).endswith("true, false>")      # K % 8 != 0: the residue slice needs tests
+    assert kernel(4000, 4096, 4096).endswith("true, false>")      # M % 128 != 0: edge tiles
+    assert kernel(4096, 4097, 4096).endswith("false, false>")     # N % 4 != 0: the 4-byte path
+    assert not G.whole_tiles(G.shape_problem(1, 12288, 4096), c)
 
 
 @pytest.mark.parametrize("config,match", [
@@ -628,8 +653,10 @@ def test_tiled_plans_refuse_more_row_tiles_than_grid_y_holds():
 def _vec(label, M, N, K, ptrs=(1 << 36, 2 << 36, 3 << 36)):
     v = G.SGEMM[label]
     (ln,) = v.launches(v.validate(*arrays(M, N, K, ptrs=ptrs)))
-    assert ln.kernel.endswith(", true>") or ln.kernel.endswith(", false>")
-    return ln.kernel.endswith(", true>")
+    args = [a.strip() for a in ln.kernel.rstrip(">").split(",")]
+    vec = args[-2] if label == "v9_tuned" else args[-1]        # v9's last argument is WHOLE
+    assert vec in ("true", "false")
+    return vec == "true"
 
 
 @pytest.mark.parametrize("label", VEC4)
@@ -647,7 +674,7 @@ def test_the_16_byte_path_only_where_k_n_and_every_pointer_allow_it(label):
 def test_tile_names_are_the_templates_arguments_in_order():
     assert G.v5_name(G.V5_TILE, True) == "sgemm_v5_vec4<128, 128, 8, 8, 8, true>"
     assert G.v6_name(G.V6(128, 128, 8, 8, 8, "pad"), False) == "sgemm_v6_swizzle<128, 128, 8, 8, 8, 1, false>"
-    assert G.v9_name(G.V9_DEFAULT, True) == "sgemm_v9_tuned<128, 128, 8, 64, 32, 2, 2, 8, true>"
+    assert G.v9_name(G.V9_DEFAULT, True) == "sgemm_v9_tuned<128, 128, 8, 64, 32, 2, 2, 8, true, false>"
 
 
 # --- the A tile's layouts (atile.cuh), modelled ----------------------------------------------------
@@ -726,10 +753,15 @@ def test_tuned_config_picks_the_fastest_recorded_config_and_falls_back_to_the_de
     f = G.flops(*s)
     for c, tf in zip(G.V9_CONFIGS, [40.0, 38.0, 47.5, 41.0, 30.0, 29.0]):
         rec.add("sgemm", G.config_impl(c), dtype="float32", shape=s, ms=f / (tf * 1e12) * 1e3, flops=f,
-                config=jsonable_config(c))
+                config=jsonable_config(c), swept=True, source=G.v9_digest())
     rec.add("sgemm", "v9_tuned", dtype="float32", shape=s, ms=0.5, flops=f, config=jsonable_config(G.V9_CONFIGS[5]))
     rec.add("sgemm", G.config_impl(G.V9_CONFIGS[4]), dtype="float32", shape=other, ms=1.0, flops=f,
-            config=jsonable_config(G.V9_CONFIGS[4]))
+            config=jsonable_config(G.V9_CONFIGS[4]), swept=True, source=G.v9_digest())
+    # entries that are not a sweep of the current code: a timed variant, a sweep of other code
+    rec.add("sgemm", "v9_tuned[v8 order]", dtype="float32", shape=s, ms=1e-6, flops=f,
+            config=jsonable_config(G.V9_CONFIGS[1]))
+    rec.add("sgemm", G.config_impl(G.V9_CONFIGS[5]), dtype="float32", shape=s, ms=1e-6, flops=f,
+            config=jsonable_config(G.V9_CONFIGS[5]), swept=True, source="0123456789ab")
     assert G.tuned_config(rec, s) == G.V9_CONFIGS[2]
     assert G.tuned_config(rec.entries, list(s)) == G.V9_CONFIGS[2]        # a list of entries, a list shape
     assert G.tuned_config(rec, other) == G.V9_CONFIGS[4]
@@ -737,7 +769,7 @@ def test_tuned_config_picks_the_fastest_recorded_config_and_falls_back_to_the_de
     assert G.config_impl(G.V9_DEFAULT) == "v9_tuned[128,128,8,64,32,2,2,8]"
     # a recorded config that is no longer instantiated is ignored
     rec.add("sgemm", "v9_tuned[1,2,3]", dtype="float32", shape=s, ms=1e-6, flops=f,
-            config={**jsonable_config(G.V9_DEFAULT), "bk": 4})
+            config={**jsonable_config(G.V9_DEFAULT), "bk": 4}, swept=True, source=G.v9_digest())
     assert G.tuned_config(rec, s) == G.V9_CONFIGS[2]
 
 
@@ -825,14 +857,47 @@ def test_bank_counters_without_ncu_print_one_line(monkeypatch, capsys):
     assert [row[0] for row in t.rows] == list(T.BANK_CASES) and t.rows[0][1:3] == ["0.33", "—"]
 
 
-def test_bank_command_profiles_the_three_cases_warm_with_the_clocks_left_alone():
+def test_ncu_command_profiles_the_cases_warm_with_the_clocks_left_alone():
     from kernels.sgemm import tiled as T
-    cmd = T.bank_command("/tmp/r", (64, 64, 64), ncu="ncu", python="py")
+    cmd = T.ncu_command("banks", "/tmp/r", ncu="ncu", python="py")
     assert cmd[cmd.index("--clock-control") + 1] == "none" and "--profile-from-start" in cmd
-    assert cmd[-6:] == ["py", "-m", "kernels.sgemm.tiled", "64", "64", "64"]
+    assert cmd[-7:] == ["py", "-m", "kernels.sgemm.tiled", "banks", "2048", "2048", "2048"]
     assert all(m in cmd[cmd.index("--metrics") + 1] for m in T.BANK_METRICS.values())
-    assert [T.bank_case(n) for n in T.BANK_CASES] == [("v5_vec4", None), ("v6_swizzle", G.V6_CONFIGS[1]),
-                                                      ("v6_swizzle", G.V6_CONFIGS[0])]
+    banks = T.PROFILES["banks"]
+    assert [banks.case(n) for n in T.BANK_CASES] == [("v5_vec4", None), ("v6_swizzle", G.V6_CONFIGS[1]),
+                                                     ("v6_swizzle", G.V6_CONFIGS[0])]
+    issue = T.PROFILES["issue"]
+    cmd = T.ncu_command("issue", "/tmp/r", ncu="ncu", python="py")
+    assert cmd[-4:] == ["issue", "4096", "4096", "4096"] and "regex:sgemm_v[89]_" in cmd
+    assert [issue.case(n) for n in issue.cases] == [("v8_warptile", None), ("v9_tuned", T.V8_ORDER)]
+    # v9 on v8's tiles and v8's tile order: the comparison isolates the tile iterator
+    assert (T.V8_ORDER.bm, T.V8_ORDER.bn, T.V8_ORDER.bk, T.V8_ORDER.group_m) == (128, 128, 8, 1)
+    with pytest.raises(ValueError, match="unknown profiling case"):
+        issue.case("v9_tuned[other]")
+
+
+def test_issue_counters_table_and_ratios():
+    from kernels.sgemm import tiled as T
+    m = T.ISSUE_METRICS
+
+    def launch(name, inst, busy, ns):
+        return {"kernel": name, m["instructions"]: inst, m["FMA pipe"]: 2.0e9, m["issue busy (%)"]: busy,
+                m["eligible warps"]: 2.5, m["duration (ns)"]: ns}
+    entries = [launch("sgemm_v8_warptile<128, 128, 8, 64, 32, 2, true>", 2.6e9, 73.0, 3.4e6),
+               launch("void sgemm_v9_tuned<128, 128, 8, 64, 32, 2, 2, 1, true>(int)", 2.5e9, 79.0, 3.0e6)]
+    counters = T.by_case(entries, "issue")
+    assert list(counters) == ["v8_warptile", T.ITER_IMPL]
+    r = T.issue_ratios(counters)
+    assert r["instructions"] == pytest.approx(2.5 / 2.6) and r["duration (ns)"] == pytest.approx(3.0 / 3.4)
+    t = T.issue_table(counters)
+    assert t.rows[0][1:] == ["2,600,000,000", "76.9%", "73.0%", "2.50", "3,400"]
+    assert T.issue_table(None).rows[1][1:] == ["—"] * 5
+    texts = T.issue_texts(counters)
+    assert texts == {"issue_v8_busy": "73%", "issue_v8_eligible": "2.50", "issue_v9_busy": "79%",
+                     "issue_v9_eligible": "2.50", "issue_fewer_inst": "3.8%", "issue_shorter": "11.8%"}
+    assert set(T.issue_texts(None).values()) == {"n/a"} and set(T.issue_texts(None)) == set(texts)
+    with pytest.raises(ValueError, match="expected 2 launches"):
+        T.by_case(entries[:1], "issue")
 
 
 def test_bank_counters_are_read_in_launch_order():
@@ -861,8 +926,19 @@ def swept_record(tmp_path, gpu="cpu-test", speeds=(40.0, 38.0, 30.0, 41.0, 35.0,
     s = (4096,) * 3
     for c, tf in zip(G.V9_CONFIGS, speeds):
         rec.add("sgemm", G.config_impl(c), dtype="float32", shape=s, ms=G.flops(*s) / (tf * 1e12) * 1e3,
-                flops=G.flops(*s), config=jsonable_config(c), swept=True)
+                flops=G.flops(*s), config=jsonable_config(c), swept=True, source=G.v9_digest())
     return rec
+
+
+def test_v9_digest_follows_the_source_and_its_headers(tmp_path, monkeypatch):
+    d = G.v9_digest()
+    assert len(d) == 12 and d == G.v9_digest()
+    import utils.build as B
+    real = B.local_includes
+    extra = tmp_path / "extra.cuh"
+    extra.write_text("// a changed header")
+    monkeypatch.setattr(G, "local_includes", lambda p: (*real(p), extra))
+    assert G.v9_digest() != d
 
 
 def test_a_stored_sweep_is_carried_into_the_new_run_and_read_back(tmp_path, monkeypatch):

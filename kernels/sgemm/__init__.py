@@ -18,13 +18,14 @@ never needs a GPU.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any
 
 import numpy as np
 
 from utils.arrays import ceil_div
-from utils.build import KernelSource
+from utils.build import KernelSource, local_includes
 from utils.ops import expect_array, expect_same_device
 from utils.version import Launch, Registry, Unsupported, Version, config_type
 
@@ -229,8 +230,11 @@ def v8_name(w: Warp, vec: bool) -> str:
     return tile_name("sgemm_v8_warptile", w.bm, w.bn, w.bk, w.wm, w.wn, w.wniter, vec)
 
 
-def v9_name(c: V9, vec: bool) -> str:
-    return tile_name("sgemm_v9_tuned", c.bm, c.bn, c.bk, c.wm, c.wn, c.wniter, c.min_blocks, c.group_m, vec)
+def v9_name(c: V9, vec: bool, whole: bool = False) -> str:
+    return tile_name("sgemm_v9_tuned", c.bm, c.bn, c.bk, c.wm, c.wn, c.wniter, c.min_blocks, c.group_m, vec, whole)
+
+
+V9_PATHS = ((True, True), (True, False), (False, False))   # (vec, whole): whole needs the 16-byte path
 
 
 BOTH = (True, False)
@@ -243,7 +247,7 @@ V6_SOURCE = KernelSource("sgemm/v06_swizzle.cu", name_expressions=tuple(
 V7_SOURCE = KernelSource("sgemm/v07_double_buffer.cu", name_expressions=tuple(v7_name(V7_TILE, v) for v in BOTH))
 V8_SOURCE = KernelSource("sgemm/v08_warptile.cu", name_expressions=tuple(v8_name(V8_WARP, v) for v in BOTH))
 V9_SOURCE = KernelSource("sgemm/v09_tuned.cu", name_expressions=tuple(
-    v9_name(c, v) for c in V9_CONFIGS for v in BOTH))
+    v9_name(c, v, w) for c in V9_CONFIGS for v, w in V9_PATHS))
 
 
 def aligned16(x) -> bool:
@@ -327,13 +331,20 @@ def plan_tiled(kernel: str, name, *, stages: int = 1, vec4: bool = False):
     return plan
 
 
+def whole_tiles(p: Problem, c: V9) -> bool:
+    """v9's untested loads (iterator.cuh) apply: the 16-byte path, and the tiles divide M, N and K."""
+    return vec_ok(p) and p.M % c.bm == 0 and p.N % c.bn == 0 and p.K % c.bk == 0
+
+
 def plan_v9(p: Problem, c: V9) -> list[Launch]:
-    """v9: one block per tile on a one-dimensional grid, the tile order inside the kernel."""
+    """v9: one block per tile on a one-dimensional grid, the tile order inside the kernel; the instance without
+    bounds tests where the tiles divide the shape."""
     check_config("sgemm_v9_tuned", c, stages=2, vec4=True)
     blocks = ceil_div(p.M, c.bm) * ceil_div(p.N, c.bn)
     if blocks > MAX_GRID_X:
         raise Unsupported(f"{blocks} tiles: more than grid x holds ({MAX_GRID_X})")
-    return [Launch(v9_name(c, vec_ok(p)), (blocks, 1, 1), (threads_of(c), 1, 1), args_of(p))]
+    expr = v9_name(c, vec_ok(p), whole_tiles(p, c))
+    return [Launch(expr, (blocks, 1, 1), (threads_of(c), 1, 1), args_of(p))]
 
 
 def fixed(config):
@@ -420,17 +431,30 @@ def tune(rec, shapes, configs=None, *, seed: int = 11) -> dict:
         raise ValueError(f"tune: {unknown} are not instantiated; choose from V9_CONFIGS")
     shapes = [tuple(int(x) for x in s) for s in shapes]
     lad = ladder(rec, shapes, seed=seed, peer_names=())
+    digest = v9_digest()
     for shape, c in _progress([(s, c) for s in shapes for c in configs], "sgemm v9 sweep"):
-        lad.time(TUNED, [shape], config=c, impl=config_impl(c), extra={"swept": True})
+        lad.time(TUNED, [shape], config=c, impl=config_impl(c), extra={"swept": True, "source": digest})
     return {s: tuned_config(rec, s) for s in shapes}
 
 
+def v9_digest() -> str:
+    """sha256 (12 hex digits) of v9's source and every header it includes. A sweep's entries carry it, and only
+    entries with the current digest count: a table timed on other code is never read back as this code's."""
+    h = hashlib.sha256()
+    for path in local_includes(V9_SOURCE.path):
+        h.update(path.name.encode() + b"\x00" + path.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def swept(records_or_rec, shape) -> list[tuple[V9, dict]]:
-    """(config, entry) of every recorded v9 config on ``shape`` (float32), fastest first."""
+    """(config, entry) of every v9 config a sweep of the current v9 code recorded on ``shape`` (float32),
+    fastest first."""
     entries = getattr(records_or_rec, "entries", records_or_rec)
+    digest = v9_digest()
     out = []
     for e in entries:
-        if (e.get("op") != "sgemm" or not str(e.get("impl", "")).startswith(TUNED + "[")
+        if (e.get("op") != "sgemm" or not str(e.get("impl", "")).startswith(TUNED + "[") or not e.get("swept")
+                or e.get("source") != digest
                 or list(e.get("shape", ())) != [int(x) for x in shape] or e.get("dtype") != "float32"):
             continue
         cfg = e.get("config")

@@ -17,6 +17,11 @@ struct Stage {
     static constexpr int BL = (BK * BN / 4 + NT - 1) / NT;             // ... of B
     float4 ra[AL], rb[BL];                                             // the slice in flight
 
+    Stage() = default;
+    // What warptile.cuh constructs its loads with: Stage needs nothing, iterator.cuh's TileIter works out
+    // its pointers and predicates here.
+    __device__ __forceinline__ Stage(const float*, const float*, int, int, int, int, int, int) {}
+
     __device__ __forceinline__ void load(const float* __restrict__ A, const float* __restrict__ B, int M, int N,
                                          int K, int m0, int n0, int k0, int tid) {
 #pragma unroll

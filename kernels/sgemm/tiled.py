@@ -130,8 +130,8 @@ def resources(label: str, config=None, vec: bool = True, facts=None) -> Resource
     from . import shape_problem
     v = SGEMM[label]
     c = config or v.default(None)
-    n = 64 if vec else 63                                   # N % 4 picks the 16-byte or the 4-byte instance
-    (ln,) = v.launches(shape_problem(64, n, 64), c)
+    # the instance the plan picks at 4096^3 (v9: the one without bounds tests), or with N % 4 != 0 the 4-byte one
+    (ln,) = v.launches(shape_problem(*BAR_SHAPE) if vec else shape_problem(64, 63, 64), c)
     comp = compile_source(v.source)
     rep = comp.report[comp.symbols[ln.kernel]]
     occ = from_function(rep, threads_of(c), 0, facts)
@@ -160,9 +160,8 @@ def model_table(labels=None, fma_tflops: float | None = None, facts=None) -> Tab
                  align="l" + "r" * (len(cols) - 1))
 
 
-# --- bank conflicts under Nsight Compute -------------------------------------------------------------------
+# --- Nsight Compute: bank conflicts (v5, v6) and the issue slots (v8, v9) --------------------------------------
 
-BANK_SHAPE = SQUARE_2K
 BANK_METRICS = {
     "ld conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
     "st conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
@@ -170,44 +169,84 @@ BANK_METRICS = {
     "st wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
     "duration (ns)": "gpu__time_duration.sum",
 }
-BANK_CASES = ("v5_vec4", "v6_swizzle[pad]", "v6_swizzle[xor]")   # launched in this order
+ISSUE_METRICS = {
+    "instructions": "smsp__inst_executed.sum",                              # warp instructions, all pipes
+    "FMA pipe": "smsp__inst_executed_pipe_fma.sum",                         # of them, on the FMA pipe (FFMA)
+    "issue busy (%)": "smsp__issue_active.avg.pct_of_peak_sustained_active",  # cycles a scheduler issued
+    "eligible warps": "smsp__warps_eligible.avg.per_cycle_active",          # per scheduler and cycle
+    "duration (ns)": "gpu__time_duration.sum",
+}
+V8_ORDER = next(c for c in V9_CONFIGS if c.group_m == 1)   # v9 on v8's tiles and tile order: the iterator alone
 
 
-def bank_case(name: str):
-    """(label, config) of a case of :data:`BANK_CASES`."""
-    if name == "v5_vec4":
-        return "v5_vec4", None
-    layout = name.split("[")[1].rstrip("]")
-    return "v6_swizzle", next(c for c in V6_CONFIGS if c.layout == layout)
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """One ncu experiment: ``cases`` launched in this order on ``shape``, ``metrics`` read for each."""
+    shape: tuple
+    cases: tuple
+    metrics: dict
+    kernels: str            # ncu's -k filter
+
+    def case(self, name: str):
+        """(label, config) of a case: ``"v5_vec4"``, ``"v6_swizzle[pad]"``, ``"v9_tuned[v8 order]"``."""
+        if "[" not in name:
+            return name, None
+        label, variant = name.rstrip("]").split("[")
+        if label == "v6_swizzle":
+            return label, next(c for c in V6_CONFIGS if c.layout == variant)
+        if name == ITER_IMPL:
+            return label, V8_ORDER
+        raise ValueError(f"unknown profiling case {name!r}")
 
 
-def bank_command(report, shape, ncu: str = "ncu", python: str = sys.executable) -> list[str]:
-    """ncu on the child process: warm launches only, clocks left alone, only :data:`BANK_METRICS`."""
-    return [ncu, "--profile-from-start", "off", "--clock-control", "none", "-k", "regex:sgemm_v[56]_",
-            "--metrics", ",".join(BANK_METRICS.values()), "-o", str(report), "-f",
-            python, "-m", "kernels.sgemm.tiled", *(str(int(s)) for s in shape)]
+BANK_CASES = ("v5_vec4", "v6_swizzle[pad]", "v6_swizzle[xor]")
+ITER_IMPL = "v9_tuned[v8 order]"
+PROFILES = {
+    "banks": Profile(SQUARE_2K, BANK_CASES, BANK_METRICS, "regex:sgemm_v[56]_"),
+    "issue": Profile(BAR_SHAPE, ("v8_warptile", ITER_IMPL), ISSUE_METRICS, "regex:sgemm_v[89]_"),
+}
 
 
-def bank_counters(shape=BANK_SHAPE, timeout_s: int = 240) -> dict[str, dict] | None:
-    """Nsight Compute's :data:`BANK_METRICS` for each case of :data:`BANK_CASES` on ``shape`` (in launch order);
-    None, after one printed line saying why, where ncu is missing or fails (traffic.run_ncu)."""
+def ncu_command(profile: str, report, ncu: str = "ncu", python: str = sys.executable) -> list[str]:
+    """ncu on the child process: warm launches only, clocks left alone, only the profile's metrics."""
+    p = PROFILES[profile]
+    return [ncu, "--profile-from-start", "off", "--clock-control", "none", "-k", p.kernels,
+            "--metrics", ",".join(p.metrics.values()), "-o", str(report), "-f",
+            python, "-m", "kernels.sgemm.tiled", profile, *(str(int(s)) for s in p.shape)]
+
+
+def counters(profile: str, timeout_s: int = 240) -> dict[str, dict] | None:
+    """Nsight Compute's metrics of ``PROFILES[profile]`` for each of its cases (in launch order); None, after
+    one printed line saying why, where ncu is missing or fails (traffic.run_ncu)."""
     from .traffic import parse_ncu_csv, run_ncu, skipped
-    text = run_ncu(lambda report, exe: bank_command(report, shape, ncu=exe), timeout_s)
+    text = run_ncu(lambda report, exe: ncu_command(profile, report, ncu=exe), timeout_s)
     if text is None:
         return None
     try:
-        return by_case(parse_ncu_csv(text))
+        return by_case(parse_ncu_csv(text, PROFILES[profile].metrics.values()), profile)
     except ValueError as e:
         skipped(f"ncu's export could not be read ({e})")
         return None
 
 
-def by_case(entries: list[dict]) -> dict[str, dict]:
+def bank_counters(timeout_s: int = 240) -> dict[str, dict] | None:
+    """v5 and both layouts of v6 on :data:`SQUARE_2K`: shared-memory wavefronts and conflicts."""
+    return counters("banks", timeout_s)
+
+
+def issue_counters(timeout_s: int = 240) -> dict[str, dict] | None:
+    """v8 and v9 on v8's tiles and order at 4096^3: instructions, issue slots, eligible warps."""
+    return counters("issue", timeout_s)
+
+
+def by_case(entries: list[dict], profile: str = "banks") -> dict[str, dict]:
     """The profiled launches, in launch order, by case name."""
-    hits = [e for e in entries if e["kernel"].removeprefix("void ").startswith(("sgemm_v5", "sgemm_v6"))]
-    if len(hits) != len(BANK_CASES):
-        raise ValueError(f"expected {len(BANK_CASES)} launches of v5 and v6, got {len(hits)}")
-    return dict(zip(BANK_CASES, hits))
+    p = PROFILES[profile]
+    prefixes = tuple(sorted({"sgemm_" + p.case(c)[0][:2] + "_" for c in p.cases}))
+    hits = [e for e in entries if e["kernel"].removeprefix("void ").startswith(prefixes)]
+    if len(hits) != len(p.cases):
+        raise ValueError(f"expected {len(p.cases)} launches of {', '.join(p.cases)}, got {len(hits)}")
+    return dict(zip(p.cases, hits))
 
 
 def bank_model(name: str) -> tuple[float, float]:
@@ -218,6 +257,11 @@ def bank_model(name: str) -> tuple[float, float]:
         # (2-way in every phase: 8 wavefronts each, 4 of them conflicts): 8 of 24. A stores: 2-way, 1 of 2.
         return 1 / 3, 0.5
     return 0.0, 0.0
+
+
+def ncu_us(c: dict | None) -> str:
+    d = None if c is None else c.get(BANK_METRICS["duration (ns)"])
+    return "—" if d is None else f"{d / 1e3:,.0f}"
 
 
 def bank_table(counters: dict | None) -> Table:
@@ -233,11 +277,9 @@ def bank_table(counters: dict | None) -> Table:
             w = c.get(BANK_METRICS[f"{kind} wavefronts"])
             n = c.get(BANK_METRICS[f"{kind} conflicts"])
             return "—" if not w or n is None else f"{n / w:.3f}"
-        us = "—" if c is None or c.get(BANK_METRICS["duration (ns)"]) is None else \
-            f"{c[BANK_METRICS['duration (ns)']] / 1e3:,.0f}"
-        rows.append([name, f"{ld:.2f}", ratio("ld"), f"{st:.2f}", ratio("st"), us])
+        rows.append([name, f"{ld:.2f}", ratio("ld"), f"{st:.2f}", ratio("st"), ncu_us(c)])
     return Table(["case", "load conflicts / wavefront, model", "ncu", "store conflicts / wavefront, model", "ncu",
-                  "ncu µs"], rows, caption=f"shared-memory bank conflicts, {shape_name(BANK_SHAPE)}",
+                  "ncu µs"], rows, caption=f"shared-memory bank conflicts, {shape_name(SQUARE_2K)}",
                  align="l" + "r" * 5)
 
 
@@ -246,22 +288,63 @@ def conflict_ratio(counters: dict, name: str, kind: str = "ld") -> float:
     return c[BANK_METRICS[f"{kind} conflicts"]] / c[BANK_METRICS[f"{kind} wavefronts"]]
 
 
+def issue_table(counters: dict | None) -> Table:
+    """v8 against v9 on the same tiles and order: what the scheduler saw ('—' without ncu)."""
+    m = ISSUE_METRICS
+    rows = []
+    for name in PROFILES["issue"].cases:
+        c = (counters or {}).get(name)
+
+        def cell(key, fmt, c=c):
+            v = None if c is None else c.get(m[key])
+            return "—" if v is None else fmt.format(v)
+        share = "—" if c is None else f"{c[m['FMA pipe']] / c[m['instructions']]:.1%}"
+        rows.append([name, cell("instructions", "{:,.0f}"), share, cell("issue busy (%)", "{:.1f}%"),
+                     cell("eligible warps", "{:.2f}"), ncu_us(c)])
+    return Table(["kernel", "warp instructions", "FMA pipe share", "issue slots busy", "eligible warps / scheduler",
+                  "ncu µs"], rows, caption=f"v8 and v9 under Nsight Compute, {shape_name(BAR_SHAPE)}",
+                 align="l" + "r" * 5)
+
+
+def issue_ratios(counters: dict) -> dict[str, float]:
+    """v9 over v8: instructions, issue-busy fraction and duration."""
+    m = ISSUE_METRICS
+    v8, v9 = (counters[n] for n in PROFILES["issue"].cases)
+    return {k: v9[m[k]] / v8[m[k]] for k in ("instructions", "issue busy (%)", "duration (ns)")}
+
+
+def issue_texts(counters: dict | None) -> dict[str, str]:
+    """The figures of :func:`issue_table` for the chapter's prose, by glue name; 'n/a' where ncu did not run."""
+    m = ISSUE_METRICS
+    names = dict(zip(("v8", "v9"), PROFILES["issue"].cases))
+    out = {}
+    for short, name in names.items():
+        c = (counters or {}).get(name)
+        out[f"issue_{short}_busy"] = "n/a" if c is None else f"{c[m['issue busy (%)']]:.0f}%"
+        out[f"issue_{short}_eligible"] = "n/a" if c is None else f"{c[m['eligible warps']]:.2f}"
+    r = issue_ratios(counters) if counters else None
+    out["issue_fewer_inst"] = "n/a" if r is None else f"{1 - r['instructions']:.1%}"
+    out["issue_shorter"] = "n/a" if r is None else f"{1 - r['duration (ns)']:.1%}"
+    return out
+
+
 def main(argv=None) -> None:
-    """``python -m kernels.sgemm.tiled M N K``: each case of :data:`BANK_CASES` once outside the profiler range,
-    then once inside it, in order."""
+    """``python -m kernels.sgemm.tiled PROFILE M N K``: each case of ``PROFILES[PROFILE]`` once outside the
+    profiler range, then once inside it, in order."""
     import cupy
 
     from utils.arrays import random_normal
 
     from .traffic import profiled
     args = list(sys.argv[1:] if argv is None else argv)
-    M, N, K = (int(s) for s in args[:3])
+    p = PROFILES[args[0]]
+    M, N, K = (int(s) for s in args[1:4])
     a = random_normal((M, K), seed=1)[0]
     b = random_normal((K, N), seed=2)[0]
     c = cupy.empty((M, N), dtype=cupy.float32)
     runs = []
-    for name in BANK_CASES:
-        label, config = bank_case(name)
+    for name in p.cases:
+        label, config = p.case(name)
         runs.append(SGEMM[label].bind(a, b, c, config=config))
     profiled(runs)
 
@@ -383,12 +466,22 @@ def odd_table(lad, labels) -> Table:
                  caption="checked against float64 on fresh inputs, C poisoned with NaN", align="ll" + "c" * len(labels))
 
 
-def time_pad(lad, shapes=RUNG_SHAPES) -> list[dict]:
-    """v6 with the padded layout, checked on the odd shapes and timed beside the rest (impl ``v6_swizzle[pad]``)."""
-    pad = next(c for c in V6_CONFIGS if c.layout == "pad")
+def time_variant(lad, label: str, config, impl: str, shapes=RUNG_SHAPES) -> list[dict]:
+    """A version with a config other than its default, checked on the odd shapes and timed beside the rest as
+    its own impl (the table and the plots show it next to the default)."""
     for s in lad.odd_shapes:
-        lad.check("v6_swizzle", [s], config=pad)
-    return lad.time("v6_swizzle", shapes, config=pad, impl=PAD_IMPL)
+        lad.check(label, [s], config=config)
+    return lad.time(label, shapes, config=config, impl=impl)
+
+
+def time_pad(lad, shapes=RUNG_SHAPES) -> list[dict]:
+    """v6 with the padded layout (impl ``v6_swizzle[pad]``)."""
+    return time_variant(lad, "v6_swizzle", next(c for c in V6_CONFIGS if c.layout == "pad"), PAD_IMPL, shapes)
+
+
+def time_iterator(lad, shapes=RUNG_SHAPES) -> list[dict]:
+    """v9 on v8's tiles and tile order (impl ``v9_tuned[v8 order]``): v8 with untested loads (iterator.cuh), nothing else."""
+    return time_variant(lad, "v9_tuned", V8_ORDER, ITER_IMPL, shapes)
 
 
 if __name__ == "__main__":

@@ -277,8 +277,9 @@ NCU_METRICS = {
     "duration (ns)": "gpu__time_duration.sum",
 }
 PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-COUNT_UNITS = ("byte", "sector", "request", "inst", "cycle", "warp", "thread")
-TIME_UNITS = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}   # to ns
+COUNT_UNITS = ("byte", "B", "sector", "request", "inst", "cycle", "warp", "thread")
+# to ns; ncu 2025 writes the short forms ("ns"), older versions the long ones ("nsecond")
+TIME_UNITS = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
 def unit_scale(unit: str) -> float:
@@ -303,10 +304,11 @@ def number(text: str) -> float | None:
         return None
 
 
-def parse_ncu_csv(text: str) -> list[dict]:
+def parse_ncu_csv(text: str, wanted=None) -> list[dict]:
     """One dict per profiled kernel of an ``ncu --page raw --csv`` export: ``'kernel'`` (its name) and every
-    metric (names with ``__``) as a float in base units. A units row under the header (its ID cell empty)
-    or units in brackets after a header name are applied."""
+    metric (names with ``__``; only those in ``wanted`` when given) as a float in base units. A units row
+    under the header (its ID cell empty) or units in brackets after a header name are applied. ncu adds
+    launch metrics of its own (``launch__block_size`` in 'block', ...): ``wanted`` leaves them out."""
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
     if start is None:
@@ -329,7 +331,7 @@ def parse_ncu_csv(text: str) -> list[dict]:
         cells = dict(zip(header, r))
         entry = {"kernel": cells.get("Kernel Name", "")}
         for name, cell in cells.items():
-            v = number(cell) if "__" in name else None
+            v = number(cell) if "__" in name and (wanted is None or name in wanted) else None
             if v is not None:
                 entry[name] = v * unit_scale(units.get(name, ""))
         out.append(entry)
@@ -421,7 +423,7 @@ def profile(shape=NCU_SHAPE, labels=LABELS, timeout_s: int = 300) -> dict[str, d
     if text is None:
         return None
     try:
-        return by_label(parse_ncu_csv(text), labels)
+        return by_label(parse_ncu_csv(text, NCU_METRICS.values()), labels)
     except ValueError as e:
         skipped(f"ncu's export could not be read ({e})")
         return None

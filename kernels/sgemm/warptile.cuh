@@ -14,7 +14,11 @@
 // [[snippet: sgemm_warptile]]
 // NT = (BM / WM) * (BN / WN) * 32 threads. Warp w: warp tile row w / (BN / WN), column w % (BN / WN). Lane l:
 // 4 x 4 thread tile at sub-tile row l / (WSN / 4), column l % (WSN / 4), repeated WMITER x WNITER times.
-template <int BM, int BN, int BK, int WM, int WN, int WNITER, bool VEC>
+// LOADS is stage.cuh's Stage (v8, and v9 on shapes with edges) or iterator.cuh's InteriorLoads (v9 when the tiles
+// divide the shape): how a slice gets from global memory into
+// registers; everything else is the same.
+template <int BM, int BN, int BK, int WM, int WN, int WNITER, bool VEC,
+          template <int, int, int, int, bool> class LOADS = Stage>
 __device__ __forceinline__ void warptile_gemm(int M, int N, int K, float alpha, const float* __restrict__ A,
                                               const float* __restrict__ B, float beta, float* __restrict__ C,
                                               int tile_m, int tile_n) {
@@ -25,7 +29,7 @@ __device__ __forceinline__ void warptile_gemm(int M, int N, int K, float alpha, 
                   "warp tiles and sub-tiles must divide the tiles above them");
     static_assert((WSM / 4) * (WSN / 4) == 32, "one 4 x 4 thread tile per lane in every sub-tile");
     static_assert(BK % 4 == 0 && BN % 4 == 0, "4-wide groups");
-    using St = Stage<BM, BN, BK, NT, VEC>;
+    using St = LOADS<BM, BN, BK, NT, VEC>;
     using AT = typename St::AT;
     __shared__ __align__(16) float As[2][St::A_SIZE];
     __shared__ __align__(16) float Bs[2][St::B_SIZE];
@@ -35,7 +39,7 @@ __device__ __forceinline__ void warptile_gemm(int M, int N, int K, float alpha, 
     const int m0 = tile_m * BM, n0 = tile_n * BN;
     const int tiles = (K + BK - 1) / BK;
 
-    St next;
+    St next(A, B, M, N, K, m0, n0, tid);
     float acc[WMITER * 4][WNITER * 4] = {};          // row mi * 4 + i, column ni * 4 + j
     float a[WMITER * 4], b[WNITER * 4];
     next.load(A, B, M, N, K, m0, n0, 0, tid);
