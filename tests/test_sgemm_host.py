@@ -653,10 +653,7 @@ def test_tiled_plans_refuse_more_row_tiles_than_grid_y_holds():
 def _vec(label, M, N, K, ptrs=(1 << 36, 2 << 36, 3 << 36)):
     v = G.SGEMM[label]
     (ln,) = v.launches(v.validate(*arrays(M, N, K, ptrs=ptrs)))
-    args = [a.strip() for a in ln.kernel.rstrip(">").split(",")]
-    vec = args[-2] if label == "v9_tuned" else args[-1]        # v9's last argument is WHOLE
-    assert vec in ("true", "false")
-    return vec == "true"
+    return G.is_vec_instance(ln.kernel)
 
 
 @pytest.mark.parametrize("label", VEC4)
@@ -675,6 +672,11 @@ def test_tile_names_are_the_templates_arguments_in_order():
     assert G.v5_name(G.V5_TILE, True) == "sgemm_v5_vec4<128, 128, 8, 8, 8, true>"
     assert G.v6_name(G.V6(128, 128, 8, 8, 8, "pad"), False) == "sgemm_v6_swizzle<128, 128, 8, 8, 8, 1, false>"
     assert G.v9_name(G.V9_DEFAULT, True) == "sgemm_v9_tuned<128, 128, 8, 64, 32, 2, 2, 8, true, false>"
+    assert G.is_vec_instance(G.v9_name(G.V9_DEFAULT, True)) and not G.is_vec_instance(G.v9_name(G.V9_DEFAULT, False))
+    assert G.is_vec_instance(G.v9_name(G.V9_DEFAULT, True, True))
+    assert not G.is_vec_instance(G.v5_name(G.V5_TILE, False))
+    with pytest.raises(ValueError, match="VEC argument"):
+        G.is_vec_instance(G.v4_name(G.V4_TILE))
 
 
 # --- the A tile's layouts (atile.cuh), modelled ----------------------------------------------------

@@ -237,6 +237,16 @@ def v9_name(c: V9, vec: bool, whole: bool = False) -> str:
 V9_PATHS = ((True, True), (True, False), (False, False))   # (vec, whole): whole needs the 16-byte path
 
 
+def is_vec_instance(name: str) -> bool:
+    """Whether a v5-v9 name expression is a 16-byte (VEC) instance: VEC is the last template argument, except
+    in v9, where WHOLE follows it."""
+    args = [a.strip() for a in name.rstrip(">").split("<", 1)[1].split(",")]
+    flag = args[-2] if name.startswith("sgemm_v9_tuned<") else args[-1]
+    if flag not in ("true", "false"):
+        raise ValueError(f"{name!r} is not a v5-v9 instance with a VEC argument")
+    return flag == "true"
+
+
 BOTH = (True, False)
 V2_SOURCE = KernelSource("sgemm/v02_smem_tile.cu", name_expressions=(v2_name(V2_TILE),))
 V3_SOURCE = KernelSource("sgemm/v03_reg1d.cu", name_expressions=(v3_name(V3_TILE),))
