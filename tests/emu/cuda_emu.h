@@ -3,11 +3,21 @@
 // `__shared__` arrays (function-scope statics here) are the shared memory of the block that runs. Every
 // thread runs every block in turn and waits at a barrier between blocks. __syncthreads is a real barrier
 // of the block's threads, so a missing or misplaced one shows up as wrong results (not reliably: the OS
-// schedules the threads, not a warp scheduler). Warp-level intrinsics and atomics are not emulated.
+// schedules the threads, not a warp scheduler). Atomics are not emulated. Warp-collective operations
+// (__syncwarp, and the mma/ldmatrix/wmma stand-ins in mma_sm80.cuh, ldmatrix_sm80.cuh and mma.h beside
+// this file) meet at a barrier of the warp's 32 threads and exchange registers through the warp's slots.
+// cp.async (mma_sm80.cuh here) is deferred: a copy lands only when its thread waits for its group, the
+// latest moment the hardware allows, so a kernel that reads a stage before waiting reads stale data.
 #pragma once
 #include <algorithm>
 #include <barrier>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -27,6 +37,48 @@ inline std::barrier<>* emu_barrier = nullptr;
 
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+
+// --- warps -------------------------------------------------------------------------------------------
+struct EmuWarp {
+    explicit EmuWarp(unsigned lanes) : bar(lanes) {}
+    std::barrier<> bar;
+    uint64_t slot[32][8];   // what each lane hands to a collective operation
+};
+inline thread_local EmuWarp* emu_warp = nullptr;
+inline thread_local unsigned emu_lane = 0;
+inline void emu_warp_sync() { emu_warp->bar.arrive_and_wait(); }
+#define __syncwarp(...) emu_warp_sync()
+
+[[noreturn]] inline void emu_fail(const char* what, const void* p) {
+    std::fprintf(stderr, "emulated CUDA: %s (address %p)\n", what, p);
+    std::abort();
+}
+inline void emu_expect_aligned(const void* p, unsigned bytes, const char* what) {
+    if (reinterpret_cast<uintptr_t>(p) % bytes) emu_fail(what, p);
+}
+
+// Dynamic shared memory: the test driver rewrites `extern __shared__ T name[];` to point here.
+alignas(128) inline unsigned char emu_dynamic_smem[232448];
+
+// --- cp.async: per thread, copies grouped by commit, applied when waited for ----------------------------
+struct EmuCopy { void* dst; const void* src; int bytes, size; };
+inline thread_local std::vector<EmuCopy> emu_open_copies;
+inline thread_local std::deque<std::vector<EmuCopy>> emu_copy_groups;
+inline void emu_commit_copies() {
+    emu_copy_groups.push_back(std::move(emu_open_copies));
+    emu_open_copies.clear();
+}
+inline void emu_land_copies(size_t keep) {   // land the oldest groups until at most `keep` are in flight
+    while (emu_copy_groups.size() > keep) {
+        for (const EmuCopy& c : emu_copy_groups.front()) {
+            std::memset(c.dst, 0, c.size);
+            if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
+        }
+        emu_copy_groups.pop_front();
+    }
+}
 using std::max;
 using std::min;
 
@@ -37,15 +89,21 @@ void emu_launch(Kernel kernel, dim3e grid, dim3e block, Args... args) {
     const unsigned nt = block.x * block.y * block.z;
     std::barrier<> bar(nt);
     emu_barrier = &bar;
+    std::vector<std::unique_ptr<EmuWarp>> warps;
+    for (unsigned w = 0; w * 32 < nt; ++w) warps.push_back(std::make_unique<EmuWarp>(std::min(32u, nt - w * 32)));
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < nt; ++t)
-        threads.emplace_back([=, &bar] {
+        threads.emplace_back([=, &bar, &warps] {
             threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            emu_warp = warps[t / 32].get();
+            emu_lane = t % 32;
             for (unsigned z = 0; z < grid.z; ++z)
                 for (unsigned y = 0; y < grid.y; ++y)
                     for (unsigned x = 0; x < grid.x; ++x) {
                         blockIdx = {x, y, z};
                         kernel(args...);
+                        emu_commit_copies();   // a block's copies complete before it retires
+                        emu_land_copies(0);
                         bar.arrive_and_wait();   // the next block reuses the statics: everyone is done
                     }
         });

@@ -1,0 +1,167 @@
+"""Every hgemm version's kernels (chapter 12), run on the CPU: tests/emu turns the .cu files into C++ (one OS
+thread per CUDA thread, real block and warp barriers; mma.sync, ldmatrix and WMMA done by the warp's threads
+from each lane's registers as the PTX ISA lays them out; cp.async landing only at its wait). A generated
+driver launches every instantiated config as its version's plan says, on tails, the 16-byte and element-wise
+paths and misaligned pointers, with C poisoned (bf16 NaN), NaN past the ends of A and B and a poisoned guard
+past C, against a float64 reference of the bf16 inputs. tests/gpu/test_hgemm.py is the real thing. Skipped
+without g++ (C++20)."""
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from kernels import hgemm as H
+from tests.fakes import FakeDeviceArray
+from utils.arrays import bf16
+from utils.paths import KERNELS
+
+EMU = KERNELS.parent / "tests" / "emu"
+# (M, N, K), offsets of A, B, C in elements past a 16-byte boundary
+CASES = [((1, 1, 1), (0, 0, 0)),
+         ((33, 65, 7), (0, 0, 0)),           # K below one k16 step, N % 8 != 0: element-wise path
+         ((37, 199, 183), (0, 0, 0)),
+         ((129, 264, 72), (0, 0, 0)),        # 16-byte path: tails in M, N (one n8 past 256) and K (8 past 64)
+         ((129, 264, 72), (1, 1, 1)),        # the same shape with misaligned pointers: element-wise path
+         ((200, 136, 40), (0, 0, 2)),        # 16-byte path with C only 4-byte aligned
+         ((70, 133, 48), (0, 0, 0)),         # N odd
+         ((256, 256, 96), (0, 0, 0))]        # whole tiles for every config
+
+DRIVER_HEAD = r"""
+#include "cuda_emu.h"
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+%(includes)s
+
+static int runs = 0, fails = 0;
+
+template <class Launch>
+void check(const char* what, int M, int N, int K, int oa, int ob, int oc, Launch launch) {
+    std::mt19937 gen(M * 7919 + N * 31 + K + oa + 2 * ob + 3 * oc);
+    std::normal_distribution<float> d;
+    const __nv_bfloat16 nan = {0x7fc0};
+    // NaN past the ends of A and B (a row and more): a kernel that reads past them puts NaN into C
+    std::vector<__nv_bfloat16> A(M * K + K + 64, nan), B(K * N + N + 64, nan), Cb(M * N + 16 + 64, nan);
+    auto at = [](std::vector<__nv_bfloat16>& v, int off) {
+        return (__nv_bfloat16*)(((uintptr_t)v.data() + 15) & ~(uintptr_t)15) + off; };
+    __nv_bfloat16 *a = at(A, oa), *b = at(B, ob), *c = at(Cb, oc);
+    for (int i = 0; i < M * K; ++i) a[i] = __float2bfloat16(d(gen));
+    for (int i = 0; i < K * N; ++i) b[i] = __float2bfloat16(d(gen));
+    launch(a, b, c);
+    double num = 0, den = 0;
+    int bad = 0;
+    for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+            double r = 0;
+            for (int k = 0; k < K; ++k) r += (double)__bfloat162float(a[i * K + k]) * __bfloat162float(b[k * N + j]);
+            const double x = __bfloat162float(c[i * N + j]);
+            if (!std::isfinite(x)) ++bad;
+            num += (x - r) * (x - r);
+            den += r * r;
+        }
+    for (int i = M * N; i < M * N + 16; ++i) bad += !std::isnan(__bfloat162float(c[i]));
+    ++runs;
+    const double rel = std::sqrt(num / (den + 1e-30));
+    if (bad || rel > %(tol)s) {
+        ++fails;
+        std::printf("FAIL %%s: relative L2 error %%g, %%d elements unwritten or written past C\n", what, rel, bad);
+    }
+}
+
+int main() {
+"""
+
+DRIVER_TAIL = r"""
+    std::printf("%d runs, %d failures\n", runs, fails);
+    return fails != 0;
+}
+"""
+TOL = 5e-3   # bf16 rounding of C alone is about 1.1e-3 relative (RMS); a wrong fragment is O(1)
+
+EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:][\w:\s]*?)\s+(\w+)\[\];")
+
+
+def emulated_source(path) -> str:
+    """A kernel file with its dynamic shared memory pointed at the emulator's buffer."""
+    return EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(emu_dynamic_smem);", path.read_text())
+
+
+def problem_at(shape, offs):
+    M, N, K = shape
+    bases = (1 << 36, 2 << 36, 3 << 36)
+    return tuple(FakeDeviceArray(s, bf16(), ptr=base + 2 * o)
+                 for s, base, o in zip(((M, K), (K, N), (M, N)), bases, offs))
+
+
+def driver(versions=None) -> tuple[str, int]:
+    lines, files = [], []
+    for v in versions or H.HGEMM.values():
+        files.append(v.source.file.split("/")[-1])
+        for config in v.all_configs():
+            for shape, offs in CASES:
+                p = v.validate(*problem_at(shape, offs))
+                (ln,) = v.launches(p, config)
+                what = f"{v.label} {ln.kernel} {'x'.join(map(str, shape))} offsets {offs}"
+                M, N, K = shape
+                lines.append(
+                    f'    check("{what}", {M}, {N}, {K}, {offs[0]}, {offs[1]}, {offs[2]}, '
+                    f'[&](__nv_bfloat16* a, __nv_bfloat16* b, __nv_bfloat16* c) {{ emu_launch({ln.kernel}, '
+                    f'dim3e{{{", ".join(map(str, ln.grid))}}}, dim3e{{{", ".join(map(str, ln.block))}}}, '
+                    f'{M}, {N}, {K}, (const __nv_bfloat16*)a, (const __nv_bfloat16*)b, c); }});')
+    includes = "\n".join(f'#include "{f}"' for f in dict.fromkeys(files))
+    return DRIVER_HEAD % {"includes": includes, "tol": TOL} + "\n".join(lines) + DRIVER_TAIL, len(lines)
+
+
+def build_and_run(tmp_path, versions=None, sources=None):
+    """Compile the driver against the emulated kernels (``sources``: file name -> text overrides) and run it.
+    Returns (returncode, stdout + stderr, number of checks)."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed: the emulated kernels need a C++20 compiler")
+    for path in (KERNELS / "hgemm").glob("*.cu*"):    # the kernels and their header, beside the driver
+        (tmp_path / path.name).write_text((sources or {}).get(path.name) or emulated_source(path))
+    src, n = driver(versions)
+    (tmp_path / "driver.cpp").write_text(src)
+    # tests/emu first: its mma_sm80.cuh, ldmatrix_sm80.cuh, mma.h and cuda_bf16.h stand in for the real ones
+    build = subprocess.run([gxx, "-std=c++20", "-O1", "-pthread", "-w", f"-I{EMU}", f"-I{KERNELS / 'include'}", "driver.cpp", "-o", "driver"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    if build.returncode and "barrier" in build.stderr and "No such file" in build.stderr:
+        pytest.skip("this g++ has no <barrier> (C++20)")
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(tmp_path / "driver")], capture_output=True, text=True, timeout=900)
+    return run.returncode, run.stdout + run.stderr, n
+
+
+def test_every_version_on_the_cpu(tmp_path):
+    rc, out, n = build_and_run(tmp_path)
+    assert rc == 0 and f"{n} runs, 0 failures" in out, out[-3000:]
+
+
+# The emulation must catch the mistakes it exists for. Each mutant breaks one thing a reader could get wrong;
+# the driver must report failures (or crash) on it.
+MUTANTS = {
+    # B fragments of the two n8 tiles swapped between ldmatrix.x4.trans's matrices 1 and 2
+    "ldmatrix.trans order": ("hgemm_common.cuh", "v1_mma",
+                             [("b[2 * nj][1] = r[1];", "b[2 * nj][1] = r[2];"),
+                              ("b[2 * nj + 1][0] = r[2];", "b[2 * nj + 1][0] = r[1];")]),
+    # the pipeline reads a stage one group before its copies have landed
+    "cp.async wait one short": ("v03_pipeline.cu", "v3_pipeline",
+                                [("cp_async_wait<STAGES - 2>();", "cp_async_wait<STAGES - 1>();")]),
+    # the element-wise loads read one column past the end of each row
+    "tail test off by one": ("hgemm_common.cuh", "v2_swizzle", [("e[j] = gc + j < cols ?", "e[j] = gc + j <= cols ?")]),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_the_emulation_catches(tmp_path, mutant):
+    file, label, edits = MUTANTS[mutant]
+    text = emulated_source(KERNELS / "hgemm" / file)
+    for old, new in edits:
+        assert old in text, f"the mutant {mutant!r} no longer applies: {old!r} is not in {file}"
+        text = text.replace(old, new)
+    rc, out, n = build_and_run(tmp_path, [H.HGEMM[label]], {file: text})
+    assert rc != 0 and f"{n} runs, 0 failures" not in out, f"the mutant {mutant!r} passed:\n{out[-2000:]}"
