@@ -1,0 +1,188 @@
+"""Chapter 12's measurements over the hgemm registry: the ladder (utils.ladder.Ladder) with its peers, the
+ceiling of ``mma.sync`` on this GPU, the v3 sweep, and the SASS census.
+
+Every version and peer gets the same standard-normal bf16 A and B of a shape (the card's clocks follow the
+data, DESIGN.md), and C poisoned with NaN before every checked run. The peers are cuBLAS's bf16 GEMM through
+``cupy.matmul`` and ``torch.matmul``, both fp32-accumulating with a bf16 result, like the versions.
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from utils.ladder import Case, Ladder, shape_name
+from utils.table import Table
+
+from . import HGEMM, V3_CONFIGS, flops, nbytes, reference
+
+PEERS = ("cupy.matmul", "torch.matmul")
+HIDDEN, MLP, TOKENS = 4096, 11008, 8192   # a 7B model (Llama-2-7B) at 8192 tokens, as chapter 10's ledger
+SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]       # the bars' shapes
+QKV = (TOKENS, 3 * HIDDEN, HIDDEN)
+MLP_UP = (TOKENS, MLP, HIDDEN)
+UNALIGNED = (4095, 4097, 4095)   # leading dimensions that are not multiples of 8: cuBLAS leaves its fast path
+SHAPES = [*SQUARE, QKV, MLP_UP, UNALIGNED]
+# Checked (fresh inputs, C poisoned) before any timing: single elements, one row, K below one k16 step, tails of
+# every tile in M, N and K, and the unaligned shape's cousins.
+ODD_SHAPES = [(1, 1, 1), (37, 199, 1823), (1, 4096, 4096), (199, 37, 4095), (33, 65, 7), (4095, 4097, 1023)]
+
+
+def make(shape, dtype, rng) -> Case:
+    """(a, b, c): standard-normal bf16 A [M, K] and B [K, N] from ``rng``, C [M, N] uninitialised (the ladder
+    poisons it before every checked run). The ladder's dtype is bfloat16 by construction."""
+    import cupy
+
+    from utils.arrays import bf16, random_normal
+    M, N, K = shape
+    a = random_normal((M, K), "bfloat16", seed=int(rng.integers(2**31)))[0]
+    b = random_normal((K, N), "bfloat16", seed=int(rng.integers(2**31)))[0]
+    return Case((a, b, cupy.empty((M, N), dtype=bf16())), outputs=(2,))
+
+
+def ladder_reference(case: Case):
+    a, b, _ = case.args
+    return reference(a, b)
+
+
+def cublas_peer(case: Case):
+    """cuBLAS bf16 (``cupy.matmul``: fp32 accumulation, bf16 out) on the case's A and B, into its own output."""
+    import cupy
+    a, b, c = case.args
+    out = cupy.empty_like(c)
+    return lambda: cupy.matmul(a, b, out=out)
+
+
+def torch_peer(case: Case):
+    """``torch.matmul`` on the same memory (DLPack, no copy). Returns the torch tensor: the ladder views it as a
+    CuPy array only in the check, outside the timing."""
+    import torch
+
+    from utils.arrays import as_torch
+    a, b, c = (as_torch(x) for x in case.args)
+    out = torch.empty_like(c)
+    return lambda: torch.matmul(a, b, out=out)
+
+
+def peers(names=PEERS) -> dict:
+    every = {"cupy.matmul": cublas_peer, "torch.matmul": torch_peer}
+    return {n: every[n] for n in names}
+
+
+def ladder(rec, shapes=None, *, seed: int = 12, peer_names=PEERS) -> Ladder:
+    """Chapter 12's ladder: checked on :data:`ODD_SHAPES`, timed on ``shapes`` (default :data:`SHAPES`) beside the
+    peers, in TFLOP/s; every entry also carries the minimum bytes, for the roofline."""
+    return Ladder(rec, HGEMM, shapes=list(shapes or SHAPES), dtypes=["bfloat16"], make=make,
+                  reference=ladder_reference, nbytes=lambda s, dt: nbytes(*s), flops=lambda s, dt: flops(*s),
+                  odd_shapes=ODD_SHAPES, peers=peers(peer_names), ceiling=None, seed=seed)
+
+
+def tflops(lad: Ladder, impl: str, shape) -> float:
+    e = lad.entry(impl, shape, "bfloat16")
+    if e is None:
+        raise KeyError(f"hgemm: nothing recorded for {impl} on {shape_name(shape)}")
+    return e["metric"]
+
+
+# --- v3's sweep: every config timed in this run --------------------------------------------------------
+
+def config_impl(c) -> str:
+    """The record's impl name of one v3 config: ``v3_pipeline[128,256,32,64,64,3,8]``."""
+    return f"v3_pipeline[{','.join(str(x) for x in c)}]"
+
+
+def sweep(lad: Ladder, shapes, configs=V3_CONFIGS) -> dict:
+    """Time every v3 config on every shape in this run (a progress bar; each checked against float64 after
+    its timing), each recorded under :func:`config_impl`. Returns {shape: fastest config}. The chapter's v3
+    is the fastest config of this run, per shape; the others stay in the record."""
+    from tqdm.auto import tqdm
+    for shape, c in tqdm([(tuple(s), c) for s in shapes for c in configs], desc="hgemm v3 configs"):
+        lad.time("v3_pipeline", [shape], config=c, impl=config_impl(c), extra={"swept": True})
+    return {tuple(s): best_config(lad, s, configs) for s in shapes}
+
+
+def best_config(lad: Ladder, shape, configs=V3_CONFIGS):
+    return max(configs, key=lambda c: tflops(lad, config_impl(c), shape))
+
+
+def sweep_table(lad: Ladder, shapes, configs=V3_CONFIGS) -> Table:
+    rows = []
+    for c in configs:
+        rows.append([f"{c.bm}x{c.bn}x{c.bk}", f"{c.wm}x{c.wn}", str(c.stages), str((c.bm // c.wm) * (c.bn // c.wn)),
+                     f"{2 * c.stages * (c.bm * c.bk + c.bk * c.bn) // 1024}",
+                     *[f"{tflops(lad, config_impl(c), s):.0f}" for s in shapes]])
+    return Table(["block tile", "warp tile", "stages", "warps", "smem KiB", *[f"{shape_name(s)} TFLOP/s" for s in shapes]],
+                 rows, caption="v3's configs, each timed in this run")
+
+
+# --- the ceiling of mma.sync ----------------------------------------------------------------------------
+
+PEAK_CHAINS = 8
+PEAK_THREADS = 256
+
+
+def peak_source():
+    from utils.build import KernelSource
+    return KernelSource("hgemm/mma_peak.cu", requires=("bf16-mma",),
+                        name_expressions=(f"hgemm_mma_peak<{PEAK_CHAINS}>",))
+
+
+def peak_fragments(seed: int):
+    """Random bf16 A [16, 16] and B [16, 8] (float64 copies of the bf16 values) and the (32, 6) uint32 registers
+    each lane feeds the mma: A's four, then B's two (kernels.mma.fragments' layouts)."""
+    from kernels.mma import fragments as F
+    from utils.arrays import bf16
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((16, 16)).astype(bf16()).astype(np.float64)
+    B = rng.standard_normal((16, 8)).astype(bf16()).astype(np.float64)
+    regs = np.concatenate([F.pack_bf16_pairs(F.gather(A, F.mma_a_layout())),
+                           F.pack_bf16_pairs(F.gather(B, F.mma_b_layout()))], axis=1)
+    return A, B, regs
+
+
+def time_mma_peak(rec, *, iters: int = 4096, blocks_per_sm: int = 2, seed: int = 121) -> dict:
+    """The mma.sync ceiling: ``blocks_per_sm`` x SMs blocks of 8 warps, each warp ``iters`` x PEAK_CHAINS
+    mma.sync.m16n8k16 (4096 FLOPs each). Checked: warp 0's sum equals PEAK_CHAINS * iters * A @ B (relative
+    1e-3). Recorded as impl ``mma.sync peak``, shape (blocks, iters)."""
+    import cupy
+
+    from utils.check import assert_close
+    from utils.hardware import facts
+    A, B, regs = peak_fragments(seed)
+    src = peak_source()
+    fn = src.function(f"hgemm_mma_peak<{PEAK_CHAINS}>")
+    frags = cupy.asarray(regs.astype(np.uint32))
+    D = cupy.full((16, 8), np.nan, dtype=cupy.float32)
+    blocks = blocks_per_sm * facts().sms
+
+    def run():
+        fn((blocks,), (PEAK_THREADS,), (frags, np.int32(iters), D))
+
+    def check():
+        assert_close(D, PEAK_CHAINS * iters * (A @ B), tol=1e-3, name=f"mma.sync peak (seed {seed})")
+    work = blocks * (PEAK_THREADS // 32) * iters * PEAK_CHAINS * 2 * 16 * 8 * 16
+    return rec.time("hgemm", "mma.sync peak", run, dtype="bfloat16", shape=(blocks, iters), flops=work,
+                    check=check, flush=False)
+
+
+# --- SASS -------------------------------------------------------------------------------------------------
+
+def sass_counts(version, config=None, vec: bool = True) -> dict:
+    """Opcode counts (the part before the first dot: HMMA, LDSM, LDGSTS, ...) in the SASS of one instance of a
+    version (its default config, the 16-byte instance unless ``vec`` is False). Needs cuobjdump (GPU hosts)."""
+    from kernels.quant import sass_ops
+    from utils.build import sass
+
+    from . import shape_problem
+    p = shape_problem(4096, 4096, 4096)
+    (ln,) = version.launches(p, config)
+    name = ln.kernel if vec else ln.kernel.replace(", true>", ", false>")
+    return dict(collections.Counter(op.split(".")[0] for op in sass_ops(sass(version.source, name))))
+
+
+def sass_table(versions, keep=("HMMA", "LDSM", "LDGSTS", "LDG", "STS", "LDS", "BAR")) -> Table:
+    rows = []
+    for v in versions:
+        counts = sass_counts(v)
+        rows.append([v.label, *[str(counts.get(k, 0)) for k in keep]])
+    return Table(["version", *keep], rows, caption="static instruction counts in each version's SASS (16-byte instance)")

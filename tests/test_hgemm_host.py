@@ -1,0 +1,184 @@
+"""Chapter 12 host side on a CPU: the hgemm registry and its plans (instances, grids, shared memory, the 16-byte
+path's conditions, config validation), ``problem``'s ValueErrors, the float64 reference, the shared-memory
+layouts (Python model against the C++ functors, compiled with g++) and the ldmatrix bank model, the mma.sync
+ceiling's fragments, and v1 -> v2's diff."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from kernels import hgemm as H
+from kernels.hgemm import ladders, smem
+from tests.fakes import FakeDeviceArray
+from utils.arrays import bf16
+from utils.paths import KERNELS
+from utils.version import Unsupported
+
+
+def arrays(M, N, K, *, offs=(0, 0, 0), dtype=None):
+    """Fake bf16 device arrays a, b, c, ``offs`` elements past 256-byte aligned bases far apart."""
+    dtype = bf16() if dtype is None else dtype
+    bases = (1 << 36, 2 << 36, 3 << 36)
+    return tuple(FakeDeviceArray(s, dtype, ptr=base + 2 * o)
+                 for s, base, o in zip(((M, K), (K, N), (M, N)), bases, offs))
+
+
+# --- the registry and the plans ----------------------------------------------------------------------------
+
+def test_the_ladder_is_v0_to_v3_each_with_its_file_snippet_and_parent():
+    assert list(H.HGEMM) == ["v0_wmma", "v1_mma", "v2_swizzle", "v3_pipeline"]
+    from utils.show import snippets
+    parent = None
+    for v in H.HGEMM.values():
+        assert v.parent == parent
+        text = (KERNELS / v.source.file).read_text()
+        assert v.snippet in snippets(text) and v.name in text and v.requires == ("bf16-mma",)
+        parent = v.label
+
+
+@pytest.mark.parametrize("label", list(H.HGEMM))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (37, 199, 1823), (4096, 4096, 4096), (4095, 4097, 4095),
+                                   (1, 12288, 4096)])
+def test_every_plan_launches_an_instantiated_kernel_covering_c(label, shape):
+    v = H.HGEMM[label]
+    M, N, K = shape
+    for c in v.all_configs():
+        (ln,) = v.launches(v.validate(*arrays(*shape)), c)
+        assert ln.kernel in v.source.name_expressions
+        assert ln.block == (H.threads_of(c), 1, 1)
+        blocks = ln.grid[0] * ln.grid[1]
+        assert blocks == -(-M // c.bm) * -(-N // c.bn)
+        assert ln.smem == (H.smem_bytes(c) if label == "v3_pipeline" else 0)
+
+
+@pytest.mark.parametrize("shape,offs,vec", [
+    ((4096, 4096, 4096), (0, 0, 0), True), ((64, 64, 64), (0, 0, 2), True),     # C needs only 4 bytes
+    ((64, 64, 64), (0, 0, 1), False), ((64, 64, 64), (4, 0, 0), False), ((64, 64, 64), (0, 8, 0), True),
+    ((64, 64, 60), (0, 0, 0), False), ((64, 60, 64), (0, 0, 0), False), ((4095, 4097, 4095), (0, 0, 0), False)])
+def test_the_16_byte_instance_runs_exactly_where_its_conditions_hold(shape, offs, vec):
+    for v in H.HGEMM.values():
+        (ln,) = v.launches(v.validate(*arrays(*shape, offs=offs)))
+        assert ln.kernel.endswith(", true>" if vec else ", false>"), (v.label, ln.kernel)
+
+
+def test_every_config_fits_an_a100_and_the_bad_ones_are_refused():
+    for c in H.V3_CONFIGS:
+        H.check_config("v3", c)
+        assert H.smem_bytes(c) <= 163 * 1024
+    for c, why in [(H.Pipe(128, 128, 32, 48, 32, 3, 8), "divide"), (H.Pipe(128, 128, 24, 64, 32, 3, 8), "multiples of 16"),
+                   (H.Pipe(128, 128, 32, 64, 32, 1, 8), "stages"), (H.Pipe(256, 256, 64, 64, 64, 3, 8), "A100"),
+                   (H.Pipe(64, 96, 32, 32, 48, 3, 8), "power of two"), (H.Tile(256, 256, 64, 64, 64), "static")]:
+        with pytest.raises(Unsupported, match=why):
+            H.check_config("probe", c)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda: H.HGEMM["v1_mma"](np.zeros((4, 4), bf16()), *arrays(4, 4, 4)[1:]), "CUDA device array"),
+    (lambda: H.HGEMM["v1_mma"](*arrays(4, 4, 4, dtype=np.float32)), "dtype bfloat16"),
+    (lambda: H.problem(*arrays(4, 5, 6)[:1], FakeDeviceArray((7, 5), bf16(), ptr=2 << 36), arrays(4, 5, 6)[2]),
+     "expected 6 rows"),
+    (lambda: H.problem(*arrays(4, 5, 6)[:2], FakeDeviceArray((4, 6), bf16(), ptr=3 << 36)), r"shape \(4, 5\)"),
+    (lambda: H.problem(*arrays(4, 5, 6)[:2], FakeDeviceArray((4, 5), bf16(), ptr=3 << 36, strides=(2, 8))),
+     "C-contiguous"),
+    (lambda: H.problem(*arrays(4, 5, 6)[:2], FakeDeviceArray((4, 5), bf16(), ptr=(2 << 36) + 4)), "overlaps"),
+    (lambda: H.problem(*arrays(4, 5, 6)[:2], FakeDeviceArray((4, 5), bf16(), ptr=(3 << 36) + 1)), "aligned"),
+    (lambda: H.shape_problem(65536, 32768, 8), "32-bit"),
+    (lambda: H.shape_problem(0, 1, 1), "positive int"),
+])
+def test_bad_arguments_get_a_value_error_that_says_what_was_expected(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bad()
+
+
+def test_reference_is_float64_of_the_bf16_values():
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((5, 7)).astype(bf16())
+    b = rng.standard_normal((7, 3)).astype(bf16())
+    ref = H.reference(a, b)
+    assert ref.dtype == np.float64
+    np.testing.assert_allclose(ref, a.astype(np.float64) @ b.astype(np.float64), rtol=0, atol=0)
+    assert H.flops(2, 3, 4) == 48 and H.nbytes(2, 3, 4) == 2 * (8 + 12 + 6)
+
+
+# --- shared-memory layouts and banks ------------------------------------------------------------------------
+
+LAYOUT_PROGRAM = r"""
+#define __device__
+#define __forceinline__ inline
+#include <algorithm>
+#include <cstdio>
+using std::min;
+%s
+int main() {
+%s
+}
+"""
+
+
+def test_the_python_layouts_are_the_kernels_layouts(tmp_path):
+    """Swizzled<COLS>::at and RowMajor<COLS>::at from hgemm_common.cuh, compiled with g++, against smem.py."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed")
+    text = (KERNELS / "hgemm" / "hgemm_common.cuh").read_text()
+    start, end = text.index("template <int COLS>\nstruct RowMajor"), text.index("// [[/snippet]]", text.index("struct Swizzled"))
+    cols = (16, 32, 64, 128, 256)
+    body = "\n".join(f'    for (int r = 0; r < 16; ++r) for (int c = 0; c < {n}; ++c) '
+                     f'std::printf("%d %d\\n", RowMajor<{n}>::at(r, c), Swizzled<{n}>::at(r, c));' for n in cols)
+    (tmp_path / "layouts.cpp").write_text(LAYOUT_PROGRAM % (text[start:end], body))
+    subprocess.run([gxx, "-std=c++17", "layouts.cpp", "-o", "layouts"], cwd=tmp_path, check=True)
+    got = [tuple(map(int, ln.split())) for ln in
+           subprocess.run([str(tmp_path / "layouts")], capture_output=True, text=True, check=True).stdout.split("\n") if ln]
+    want = [(smem.row_major(r, c, n), smem.swizzled(r, c, n)) for n in cols for r in range(16) for c in range(n)]
+    assert got == want
+
+
+@pytest.mark.parametrize("cols", [16, 32, 64, 128, 256])
+def test_the_swizzle_permutes_whole_chunks_within_each_row(cols):
+    for r in range(64):
+        offs = [smem.swizzled(r, c, cols) for c in range(cols)]
+        assert sorted(offs) == list(range(r * cols, (r + 1) * cols))
+        assert all(offs[c] - offs[c - c % 8] == c % 8 for c in range(cols))      # chunks stay whole
+
+
+def test_the_bank_model_row_major_conflicts_and_the_swizzle_clears_them():
+    """v1's tiles: A's 64-byte rows put 4 of the 8 rows of a phase in one bank group, B's 256-byte rows all 8;
+    swizzled, every phase of every warp takes one wavefront."""
+    m = smem.model(H.V1_TILE)
+    assert (m["row-major"]["A"], m["row-major"]["B"]) == (4.0, 8.0)
+    # per warp and k-step: 4 m16 blocks x 4 phases of A, 2 n16 blocks x 4 phases of B
+    assert m["row-major"]["conflicts per phase"] == pytest.approx((16 * 4 + 8 * 8) / 24 - 1)
+    assert m["swizzled"]["all"] == 1.0
+    for c in H.V3_CONFIGS:
+        assert smem.model(c)["swizzled"]["all"] == 1.0, c
+
+
+def test_ldsm_conflicts_per_phase_reads_ncu_counters():
+    assert smem.conflicts_per_phase({"wavefronts": 130.0, "conflicts": 104.0}) == pytest.approx(4.0)
+
+
+# --- the mma.sync ceiling's inputs ----------------------------------------------------------------------------
+
+def test_peak_fragments_hold_a_and_b_as_the_mma_reads_them():
+    from kernels.mma import fragments as F
+    A, B, regs = ladders.peak_fragments(121)
+    assert regs.shape == (32, 6) and regs.dtype == np.uint32
+    halves = lambda r: np.stack([r & 0xFFFF, r >> 16], axis=-1).reshape(32, -1).astype(np.uint16).view(bf16())
+    a_vals, b_vals = halves(regs[:, :4]).astype(np.float64), halves(regs[:, 4:]).astype(np.float64)
+    d = F.emulate_mma(a_vals, b_vals, np.zeros((32, 4)))
+    np.testing.assert_allclose(F.scatter(d, F.mma_c_layout(), (16, 8)), A @ B, rtol=1e-12)
+
+
+def test_v2_differs_from_v1_only_in_the_layouts():
+    from collections import Counter
+
+    from utils.show import snippet_diff
+    diff = snippet_diff("hgemm/v01_mma.cu", "hgemm_v1", "hgemm/v02_swizzle.cu", "hgemm_v2", 0).splitlines()
+    code = {sign: Counter(ln[1:].split("//")[0].strip() for ln in diff if ln[:1] == sign and ln[:3] != sign * 3)
+            for sign in "+-"}
+    removed, added = code["-"] - code["+"], code["+"] - code["-"]
+    assert set(removed) == {"hgemm_v1_mma(int M, int N, int K, const bf16* __restrict__ A, const bf16* __restrict__ B, bf16* __restrict__ C) {",
+                            "using LA = RowMajor<BK>;", "using LB = RowMajor<BN>;"}, removed
+    assert set(added) == {"hgemm_v2_swizzle(int M, int N, int K, const bf16* __restrict__ A, const bf16* __restrict__ B, bf16* __restrict__ C) {",
+                          "using LA = Swizzled<BK>;", "using LB = Swizzled<BN>;"}, added
