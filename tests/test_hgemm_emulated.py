@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 
 from kernels import hgemm as H
