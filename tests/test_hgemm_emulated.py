@@ -151,7 +151,12 @@ MUTANTS = {
     "cp.async wait one short": ("v03_pipeline.cu", "v3_pipeline",
                                 [("cp_async_wait<STAGES - 2>();", "cp_async_wait<STAGES - 1>();")]),
     # the element-wise loads read one column past the end of each row
-    "tail test off by one": ("hgemm_common.cuh", "v2_swizzle", [("e[j] = gc + j < cols ?", "e[j] = gc + j <= cols ?")]),
+    "tail test off by one": ("hgemm_common.cuh", "v2_swizzle",
+                             [("const unsigned hi = gc + 2 * j + 1 < cols ?", "const unsigned hi = gc + 2 * j + 1 <= cols ?")]),
+    # the element-wise pipeline stores the registers of tile k + STAGES - 1 into the slot tile k reads
+    "register stage into the live slot": ("v03_pipeline.cu", "v3_pipeline",
+                                          [("put_tile<BM, BK, NT, LA>(slot_a(refill), ra);",
+                                            "put_tile<BM, BK, NT, LA>(slot_a(slot), ra);")]),
 }
 
 

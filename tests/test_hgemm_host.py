@@ -182,3 +182,12 @@ def test_v2_differs_from_v1_only_in_the_layouts():
                             "using LA = RowMajor<BK>;", "using LB = RowMajor<BN>;"}, removed
     assert set(added) == {"hgemm_v2_swizzle(int M, int N, int K, const bf16* __restrict__ A, const bf16* __restrict__ B, bf16* __restrict__ C) {",
                           "using LA = Swizzled<BK>;", "using LB = Swizzled<BN>;"}, added
+
+
+def test_wavefronts_per_mma_and_the_shared_memory_bound():
+    """v1's warp tile (64 x 32): 16 A phases and 8 B phases feed 16 mmas per k-step; row-major they cost 4 and 8
+    wavefronts (128 in all, 8 per mma), swizzled 1 each (1.5 per mma). A 64 x 64 warp tile: 1 per mma."""
+    assert smem.wavefronts_per_mma(H.V1_TILE, "row-major") == 8.0
+    assert smem.wavefronts_per_mma(H.V1_TILE, "swizzled") == 1.5
+    assert smem.wavefronts_per_mma(H.V3_CONFIGS[1], "swizzled") == 1.0
+    assert smem.smem_bound_tflops(H.V1_TILE, "swizzled", 132, 1_980_000) == pytest.approx(4096 / 1.5 * 132 * 1.98e9 / 1e12)

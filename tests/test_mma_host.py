@@ -206,3 +206,21 @@ def test_probe_source_is_declared_for_ampere():
     for k in mma.PROBE_KERNELS:
         assert f'extern "C" __global__ void __launch_bounds__(32)\n{k}(' in text, k
     assert {"mma_probe", "ldmatrix_probe", "pack_probe"} <= set(snippets(text))
+
+
+def test_probe_agreement_counts_every_register_and_catches_a_wrong_one():
+    """The chapter's summary of the probes, fed what the model says the hardware returns: all agree; one lane's
+    register changed: that quantity reports one fewer."""
+    from kernels.mma import probe_agreement, probe_inputs
+    a, b, c, p = probe_inputs(7)
+    cl = F.mma_c_layout()
+    out = {"a_regs": F.packed(a, F.mma_a_layout()), "b_regs": F.packed(b, F.mma_b_layout()),
+           "d_regs": F.emulate_mma(F.gather(a.astype(float), F.mma_a_layout()), F.gather(b.astype(float), F.mma_b_layout()),
+                                   F.gather(c, cl)).astype(np.float32),
+           "x4_regs": F.packed(a, F.mma_a_layout()), "x2t_regs": F.packed(b, F.mma_b_layout()),
+           "p_regs": F.accumulators_to_a(F.gather(p[:, :8], cl), F.gather(p[:, 8:], cl))}
+    got = probe_agreement(out, a, b, c, p)
+    assert all(ok == n for ok, n in got.values()) and got["A fragment"] == (128, 128)
+    out["x2t_regs"] = out["x2t_regs"].copy()
+    out["x2t_regs"][5, 1] ^= 1
+    assert probe_agreement(out, a, b, c, p)["ldmatrix.x2.trans (B)"] == (63, 64)

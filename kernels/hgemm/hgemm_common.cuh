@@ -41,33 +41,56 @@ struct Swizzled {
 // matrix, so the mma of a tail tile adds nothing. NT threads share the 16-byte chunks.
 
 // [[snippet: hgemm_load_sync]]
-// Through registers. VEC: cols % 8 == 0 and g 16-byte aligned, so a chunk is wholly inside or outside
-// and one 16-byte load moves it; otherwise each element is tested and loaded on its own.
-template <int ROWS, int COLS, int NT, class Layout, bool VEC>
-__device__ __forceinline__ void load_tile_sync(bf16* s, const bf16* __restrict__ g, int rows, int cols,
-                                               int row0, int col0) {
-    constexpr int CHUNKS = ROWS * COLS / 8;
-    static_assert(CHUNKS % NT == 0, "every thread moves the same number of chunks");
+// Through registers, in two halves so that a pipeline can put work between them: fetch_tile issues the
+// global loads of this thread's chunks into registers, put_tile stores them to shared memory (where the
+// stores wait for the loads). VEC: cols % 8 == 0 and g 16-byte aligned, so a chunk is wholly inside or
+// outside and one 16-byte load moves it; otherwise each element is tested and loaded on its own.
+template <int ROWS, int COLS, int NT>
+struct TileChunks {
+    static_assert(ROWS * COLS / 8 % NT == 0, "every thread moves the same number of chunks");
+    static constexpr int PER_THREAD = ROWS * COLS / 8 / NT;
+    uint4 v[PER_THREAD];
+    // row and column of this thread's i-th chunk in the tile
+    static __device__ __forceinline__ int row(int i) { return (threadIdx.x + i * NT) / (COLS / 8); }
+    static __device__ __forceinline__ int col(int i) { return (threadIdx.x + i * NT) % (COLS / 8) * 8; }
+};
+
+template <int ROWS, int COLS, int NT, bool VEC>
+__device__ __forceinline__ void fetch_tile(TileChunks<ROWS, COLS, NT>& t, const bf16* __restrict__ g, int rows,
+                                           int cols, int row0, int col0) {
+    using T = TileChunks<ROWS, COLS, NT>;
 #pragma unroll
-    for (int i = 0; i < CHUNKS / NT; ++i) {
-        const int chunk = threadIdx.x + i * NT;
-        const int r = chunk / (COLS / 8), c = (chunk % (COLS / 8)) * 8;
-        const int gr = row0 + r, gc = col0 + c;
-        uint4 v = make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < T::PER_THREAD; ++i) {
+        const int gr = row0 + T::row(i), gc = col0 + T::col(i);
+        t.v[i] = make_uint4(0, 0, 0, 0);
         if (VEC) {
-            if (gr < rows && gc < cols) v = *reinterpret_cast<const uint4*>(g + gr * cols + gc);
+            if (gr < rows && gc < cols) t.v[i] = *reinterpret_cast<const uint4*>(g + gr * cols + gc);
         } else if (gr < rows) {
-            unsigned short e[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                e[j] = gc + j < cols ? __bfloat16_as_ushort(g[gr * cols + gc + j]) : 0;
             unsigned w[4];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) w[j] = e[2 * j] | (unsigned(e[2 * j + 1]) << 16);
-            v = make_uint4(w[0], w[1], w[2], w[3]);
+            for (int j = 0; j < 4; ++j) {
+                const unsigned lo = gc + 2 * j < cols ? __bfloat16_as_ushort(g[gr * cols + gc + 2 * j]) : 0u;
+                const unsigned hi = gc + 2 * j + 1 < cols ? __bfloat16_as_ushort(g[gr * cols + gc + 2 * j + 1]) : 0u;
+                w[j] = lo | (hi << 16);
+            }
+            t.v[i] = make_uint4(w[0], w[1], w[2], w[3]);
         }
-        *reinterpret_cast<uint4*>(s + Layout::at(r, c)) = v;
     }
+}
+
+template <int ROWS, int COLS, int NT, class Layout>
+__device__ __forceinline__ void put_tile(bf16* s, const TileChunks<ROWS, COLS, NT>& t) {
+    using T = TileChunks<ROWS, COLS, NT>;
+#pragma unroll
+    for (int i = 0; i < T::PER_THREAD; ++i) *reinterpret_cast<uint4*>(s + Layout::at(T::row(i), T::col(i))) = t.v[i];
+}
+
+template <int ROWS, int COLS, int NT, class Layout, bool VEC>
+__device__ __forceinline__ void load_tile_sync(bf16* s, const bf16* __restrict__ g, int rows, int cols, int row0,
+                                               int col0) {
+    TileChunks<ROWS, COLS, NT> t;
+    fetch_tile<ROWS, COLS, NT, VEC>(t, g, rows, cols, row0, col0);
+    put_tile<ROWS, COLS, NT, Layout>(s, t);
 }
 // [[/snippet]]
 

@@ -23,6 +23,11 @@ QKV = (TOKENS, 3 * HIDDEN, HIDDEN)
 MLP_UP = (TOKENS, MLP, HIDDEN)
 UNALIGNED = (4095, 4097, 4095)   # leading dimensions that are not multiples of 8: cuBLAS leaves its fast path
 SHAPES = [*SQUARE, QKV, MLP_UP, UNALIGNED]
+TAGS = {SQUARE[0]: "4096^3", SQUARE[1]: "8192^3", QKV: "QKV", MLP_UP: "MLP up", UNALIGNED: "4095x4097x4095"}
+LEDGER = {"square 4096": SQUARE[0], "square 8192": SQUARE[1], "QKV projection, prefill": QKV,
+          "MLP up-projection, prefill": MLP_UP, "unaligned leading dimensions": UNALIGNED}
+AMPERE_BAR, AMPERE_GOAL = 0.55, 0.70       # TARGETS.md: the mma.sync GEMM against cuBLAS at 4096^3 and 8192^3
+UNALIGNED_BAR, UNALIGNED_GOAL = 1.0, 2.5   # TARGETS.md: against cuBLAS at 4095 x 4097 x 4095
 # Checked (fresh inputs, C poisoned) before any timing: single elements, one row, K below one k16 step, tails of
 # every tile in M, N and K, and the unaligned shape's cousins.
 ODD_SHAPES = [(1, 1, 1), (37, 199, 1823), (1, 4096, 4096), (199, 37, 4095), (33, 65, 7), (4095, 4097, 1023)]
@@ -75,6 +80,50 @@ def ladder(rec, shapes=None, *, seed: int = 12, peer_names=PEERS) -> Ladder:
     return Ladder(rec, HGEMM, shapes=list(shapes or SHAPES), dtypes=["bfloat16"], make=make,
                   reference=ladder_reference, nbytes=lambda s, dt: nbytes(*s), flops=lambda s, dt: flops(*s),
                   odd_shapes=ODD_SHAPES, peers=peers(peer_names), ceiling=None, seed=seed)
+
+
+def floor_us(shape, ceil: dict) -> tuple[float, float]:
+    """(time of the FLOPs at chapter 2's cuBLAS bf16 ceiling, time of the minimum bytes at the copy ceiling), µs."""
+    return flops(*shape) / (ceil["cublas_bf16"] * 1e12) * 1e6, nbytes(*shape) / (ceil["copy"] * 1e9) * 1e6
+
+
+def ledger_table(ceil: dict, shapes: dict | None = None) -> Table:
+    """Per shape: GFLOP, minimum MB, FLOP/B, the two floor times and which one binds."""
+    rows = []
+    for name, s in (shapes or LEDGER).items():
+        t_flops, t_bytes = floor_us(s, ceil)
+        rows.append([shape_name(s), name, f"{flops(*s) / 1e9:,.0f}", f"{nbytes(*s) / 1e6:,.0f}",
+                     f"{flops(*s) / nbytes(*s):,.0f}", f"{t_flops:,.0f}", f"{t_bytes:,.0f}",
+                     "compute" if t_flops >= t_bytes else "memory"])
+    return Table(["M x N x K", "what", "GFLOP", "min MB", "FLOP/B", "bf16 floor µs", "copy floor µs", "bound by"], rows,
+                 caption=f"bf16 GEMM ledger: cuBLAS bf16 ceiling {ceil['cublas_bf16']:.0f} TFLOP/s, copy "
+                         f"{ceil['copy']:.0f} GB/s (chapter 2); ridge {ceil['cublas_bf16'] * 1e3 / ceil['copy']:.0f} FLOP/B",
+                 align="ll" + "r" * 5 + "l")
+
+
+def roofline_points(lad: Ladder, impls, shapes) -> list[dict]:
+    """Roofline entries of ``impls`` on ``shapes``, one legend series per impl, the shape as each point's tag."""
+    pts = []
+    for impl in impls:
+        for s in shapes:
+            e = lad.entry(impl, s, "bfloat16")
+            if e is not None:
+                pts.append({**e, "series": impl + (" (peer)" if e["is_peer"] else ""),
+                            "tag": TAGS.get(tuple(s), shape_name(s))})
+    return pts
+
+
+def bar_table(lad: Ladder, labels, shapes=SQUARE, peer: str = "cupy.matmul") -> Table:
+    """Each version's TFLOP/s and fraction of cuBLAS on the bar's shapes, this run."""
+    rows = []
+    for lab in labels:
+        row = [lab]
+        for s in shapes:
+            row += [f"{tflops(lad, lab, s):.0f}", f"{lad.ratio(lab, peer, s, 'bfloat16'):.2f}"]
+        rows.append(row)
+    rows.append([peer, *[x for s in shapes for x in (f"{tflops(lad, peer, s):.0f}", "1.00")]])
+    cols = ["version", *[c for s in shapes for c in (f"{shape_name(s)} TFLOP/s", "of cuBLAS")]]
+    return Table(cols, rows, caption=f"every version against {peer} (cuBLAS bf16), one run", align="l" + "r" * (len(cols) - 1))
 
 
 def tflops(lad: Ladder, impl: str, shape) -> float:

@@ -93,6 +93,22 @@ def model(tile=V1_TILE) -> dict:
     return out
 
 
+MMA_FLOPS = 2 * 16 * 8 * 16      # one mma.sync.m16n8k16
+
+
+def wavefronts_per_mma(tile, layout: str) -> float:
+    """ldmatrix wavefronts per mma.sync in warp_tile_mma under ``layout``: per warp and k-step, WM/16 x4 loads of
+    A and WN/16 x4.trans loads of B (4 phases each) feed (WM/16) (WN/8) mmas."""
+    m = model(tile)[layout]
+    phases = 4 * (tile.wm // 16) * m["A"] + 4 * (tile.wn // 16) * m["B"]
+    return phases / ((tile.wm // 16) * (tile.wn // 8))
+
+
+def smem_bound_tflops(tile, layout: str, sms: int, clock_khz: int) -> float:
+    """The rate at which shared memory alone lets the mmas run: one 128-byte wavefront per SM and clock."""
+    return MMA_FLOPS / wavefronts_per_mma(tile, layout) * sms * clock_khz * 1e3 / 1e12
+
+
 # --- Nsight Compute -----------------------------------------------------------------------------------------
 
 LDSM_METRICS = {

@@ -11,6 +11,44 @@ PROBE_SOURCE = KernelSource("mma/probe.cu", requires=("bf16-mma",))
 PROBE_KERNELS = ("mma_probe_m16n8k16", "ldmatrix_probe", "accumulators_to_a_probe")
 
 
+def probe_inputs(seed: int):
+    """Inputs in which no lane can hold the wrong element and pass: A [16, 16] and B [16, 8] bf16 with distinct
+    values (small integers over 8, signs mixed: exact in bf16, and A @ B exact in fp32), C [16, 8] fp32
+    distinct, P [16, 16] fp32 standard normal (exercising bf16 rounding)."""
+    import numpy as np
+
+    from utils.arrays import bf16
+    rng = np.random.default_rng(seed)
+    a = ((rng.permutation(256) - 128) / 8).reshape(16, 16).astype(bf16())
+    b = ((rng.permutation(128) - 64) / 8).reshape(16, 8).astype(bf16())
+    c = (rng.permutation(128) + 0.5).reshape(16, 8).astype(np.float32)
+    p = rng.standard_normal((16, 16)).astype(np.float32)
+    return a, b, c, p
+
+
+def probe_agreement(out: dict, a, b, c, p) -> dict[str, tuple[int, int]]:
+    """What :func:`run_probes` returned against the model: per quantity (the registers loaded by the model's
+    formulas, D per lane after one mma, ldmatrix.x4 and .x2.trans, the accumulators packed as the next A), the
+    number of 32-bit values equal to the model's and the number compared."""
+    import numpy as np
+
+    from . import fragments as F
+    A, B = a.astype(np.float64), b.astype(np.float64)
+    cl = F.mma_c_layout()
+    want = {
+        "A fragment": F.packed(a, F.mma_a_layout()),
+        "B fragment": F.packed(b, F.mma_b_layout()),
+        "D = A @ B + C per lane": F.gather(A @ B + c, cl).astype(np.float32),
+        "ldmatrix.x4 (A)": F.packed(a, F.ldmatrix_tile_layout(4, False, F.ldmatrix_a_row_addresses())),
+        "ldmatrix.x2.trans (B)": F.packed(b, F.ldmatrix_tile_layout(2, True, F.ldmatrix_b_row_addresses())),
+        "accumulators as the next A": F.accumulators_to_a(F.gather(p[:, :8], cl), F.gather(p[:, 8:], cl)),
+    }
+    got = {"A fragment": out["a_regs"], "B fragment": out["b_regs"], "D = A @ B + C per lane": out["d_regs"],
+           "ldmatrix.x4 (A)": out["x4_regs"], "ldmatrix.x2.trans (B)": out["x2t_regs"],
+           "accumulators as the next A": out["p_regs"]}
+    return {k: (int((np.asarray(got[k]) == w).sum()), int(w.size)) for k, w in want.items()}
+
+
 def run_probes(a, b, c, p):
     """Run the three probes on the GPU: ``a`` [16, 16] and ``b`` [16, 8] bf16, ``c`` [16, 8] and ``p``
     [16, 16] float32 (CuPy or NumPy). Returns a dict of NumPy arrays: ``d`` [16, 8], ``a_regs``

@@ -170,6 +170,15 @@ def pack_bf16_pairs(values) -> np.ndarray:
     return bits[:, 0::2] | (bits[:, 1::2] << 16)
 
 
+def packed(x, layout: np.ndarray) -> np.ndarray:
+    """Each lane's registers of matrix ``x`` under a 16-bit ``layout`` (32, 2R, 2): the elements rounded to bf16
+    (exact for bf16 input) and packed in pairs, element 2r low, as the kernels pack them: (32, R) uint32."""
+    from utils.arrays import bf16
+    bits = np.ascontiguousarray(np.asarray(x).astype(bf16())).view(np.uint16).astype(np.uint32)
+    v = bits[layout[..., 0], layout[..., 1]]
+    return v[:, 0::2] | (v[:, 1::2] << 16)
+
+
 def accumulators_to_a(c_lo, c_hi) -> np.ndarray:
     """The bf16 A fragment (32, 4) uint32 of a 16 x 16 operand P from the two fp32 accumulator fragments
     that hold it, (32, 4) each: ``c_lo`` columns 0-7, ``c_hi`` columns 8-15. Per lane, with no data

@@ -11,24 +11,15 @@ SEED = 2026
 
 
 def _inputs(seed):
-    """A [16, 16], B [16, 8] bf16 with distinct values (exact in bf16: small integers over 8, signs mixed),
-    C [16, 8] fp32 distinct, P [16, 16] fp32 random (exercising bf16 rounding)."""
-    from utils.arrays import bf16
-    rng = np.random.default_rng(seed)
-    a = ((rng.permutation(256) - 128) / 8).reshape(16, 16).astype(bf16())      # 8 significant bits at most
-    b = ((rng.permutation(128) - 64) / 8).reshape(16, 8).astype(bf16())
-    c = (rng.permutation(128) + 0.5).reshape(16, 8).astype(np.float32)
-    p = rng.standard_normal((16, 16)).astype(np.float32)
+    from kernels.mma import probe_inputs
+    a, b, c, p = probe_inputs(seed)
     assert len(np.unique(a.astype(np.float32))) == 256 and len(np.unique(b.astype(np.float32))) == 128
     return a, b, c, p
 
 
 def _packed(x, layout):
-    """Each lane's bf16 pairs of ``x`` by ``layout``, packed as the kernels pack them."""
-    from utils.arrays import bf16
-    bits = np.ascontiguousarray(np.asarray(x).astype(bf16())).view(np.uint16).astype(np.uint32)
-    v = bits[layout[..., 0], layout[..., 1]]
-    return v[:, 0::2] | (v[:, 1::2] << 16)
+    from kernels.mma.fragments import packed
+    return packed(x, layout)
 
 
 @pytest.mark.parametrize("trial", range(3))
@@ -63,3 +54,6 @@ def test_probes_match_the_fragment_model(trial):
     cl = F.mma_c_layout()
     np.testing.assert_array_equal(out["p_regs"], F.accumulators_to_a(F.gather(p[:, :8], cl), F.gather(p[:, 8:], cl)),
                                   err_msg=f"accumulators to A (seed {seed})")
+    # the chapter's summary of the same comparison agrees
+    from kernels.mma import probe_agreement
+    assert all(ok == n for ok, n in probe_agreement(out, a, b, c, p).values())
