@@ -191,3 +191,15 @@ def test_wavefronts_per_mma_and_the_shared_memory_bound():
     assert smem.wavefronts_per_mma(H.V1_TILE, "swizzled") == 1.5
     assert smem.wavefronts_per_mma(H.V3_CONFIGS[1], "swizzled") == 1.0
     assert smem.smem_bound_tflops(H.V1_TILE, "swizzled", 132, 1_980_000) == pytest.approx(4096 / 1.5 * 132 * 1.98e9 / 1e12)
+
+
+def test_resources_come_from_the_ptxas_report_of_the_instance_the_plan_picks():
+    from utils.build import compile_source
+    from utils.hardware import facts
+    v = H.HGEMM["v3_pipeline"]
+    r = ladders.resources(v, facts=facts("H200"))
+    comp = compile_source(v.source)
+    assert r["kernel"] == H.v3_name(H.V3_DEFAULT, True)
+    assert r["registers"] == comp.report[comp.symbols[r["kernel"]]]["registers"]
+    assert r["smem_kib"] == H.smem_bytes(H.V3_DEFAULT) / 1024 and r["blocks"] >= 1 and r["warps"] == 8 * r["blocks"]
+    assert "v3_pipeline" in str(ladders.resources_table([v], facts=facts("H200")))

@@ -214,6 +214,36 @@ def time_mma_peak(rec, *, iters: int = 4096, blocks_per_sm: int = 2, seed: int =
                     check=check, flush=False)
 
 
+# --- resources (NVRTC's ptxas report, no GPU needed) -----------------------------------------------------
+
+def resources(version, config=None, facts=None) -> dict:
+    """Registers, shared memory and the blocks and warps an SM holds for one version's 16-byte instance at
+    4096^3 (``config``: the version's default when None)."""
+    from utils.build import compile_source
+    from utils.occupancy import from_function
+
+    from . import shape_problem, threads_of
+    c = config or version.default(None)
+    (ln,) = version.launches(shape_problem(*SQUARE[0]), c)
+    comp = compile_source(version.source)
+    rep = comp.report[comp.symbols[ln.kernel]]
+    occ = from_function(rep, threads_of(c), ln.smem, facts)
+    return {"kernel": ln.kernel, "threads": threads_of(c), "registers": int(rep["registers"]),
+            "smem_kib": (int(rep["smem_bytes"]) + ln.smem) / 1024, "blocks": occ.blocks, "warps": occ.warps,
+            "limiter": occ.limiter}
+
+
+def resources_table(versions, configs: dict | None = None, facts=None) -> Table:
+    rows = []
+    for v in versions:
+        r = resources(v, (configs or {}).get(v.label), facts)
+        rows.append([v.label, r["kernel"].split("<", 1)[1].rstrip(">"), str(r["threads"]), str(r["registers"]),
+                     f"{r['smem_kib']:.0f}", str(r["blocks"]), str(r["warps"]), r["limiter"]])
+    return Table(["version", "template arguments", "threads", "registers", "smem KiB", "blocks/SM", "warps/SM",
+                  "limited by"], rows, caption="each version's 16-byte instance at 4096^3: ptxas report and occupancy",
+                 align="ll" + "r" * 5 + "l")
+
+
 # --- SASS -------------------------------------------------------------------------------------------------
 
 def sass_counts(version, config=None, vec: bool = True) -> dict:
