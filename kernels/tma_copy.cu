@@ -15,46 +15,19 @@
 // const __grid_constant__ parameter: the kernel passes its address to TMA, which reads it from the
 // parameter space. TMA coordinates count innermost first: {column, row}.
 
+#include "tma_sm90.cuh"   // TmaDescriptor, smem_addr, mbarrier_*, fence_proxy_async_smem, tma_*
+
 #define TMA_THREADS 128
 #define SMEM_ALIGN 1024          // the 128-byte swizzle repeats every 1024 bytes: align the box to it
 #define WAIT_TIMEOUT_NS 1000000000ull
 
-struct alignas(64) TmaDescriptor {
-    unsigned long long words[16];  // opaque, 128 bytes, as cuTensorMapEncodeTiled wrote them
-};
-
 // Status codes the host reads back (0 = fine).
 #define TMA_STATUS_TIMEOUT 1     // the mbarrier never completed: the expected byte count was wrong
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 __device__ __forceinline__ unsigned long long global_timer_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
-}
-
-// --- mbarrier: a 64-bit shared-memory barrier that counts arrivals and transaction bytes ------------
-
-__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned arrivals) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(arrivals) : "memory");
-}
-
-// One arrival, plus "expect this many bytes": the phase completes when both counts reach zero.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ bool mbarrier_try_wait(unsigned long long* bar, unsigned phase) {
-    unsigned done;
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                 "selp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(phase) : "memory");
-    return done != 0;
 }
 
 // Wait for the phase, but give up after a second and say so: a wrong byte count must fail the test,
@@ -68,35 +41,6 @@ __device__ __forceinline__ bool mbarrier_wait_or_flag(unsigned long long* bar, u
         }
     }
     return true;
-}
-
-// Order this thread's earlier shared-memory accesses (generic proxy) before later TMA accesses
-// (async proxy) to the same shared memory.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// --- TMA: one instruction moves one box ---------------------------------------------------------------
-
-__device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* map, int col, int row,
-                                            unsigned long long* bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];"
-                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)),
-                    "r"(col), "r"(row), "r"(smem_addr(bar))
-                 : "memory");
-}
-
-__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, int col, int row, const void* src) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(smem_addr(src))
-                 : "memory");
-}
-
-// Wait until every store this thread committed has finished reading shared memory.
-__device__ __forceinline__ void tma_store_commit_and_wait_read() {
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
 // The dynamic shared-memory buffer, rounded up to SMEM_ALIGN (the launch asks for SMEM_ALIGN extra bytes).

@@ -25,14 +25,17 @@ CASES = [((1, 1, 1), (0, 0, 0)),
          ((129, 264, 72), (1, 1, 1)),        # the same shape with misaligned pointers: element-wise path
          ((200, 136, 40), (0, 0, 2)),        # 16-byte path with C only 4-byte aligned
          ((70, 133, 48), (0, 0, 0)),         # N odd
-         ((256, 256, 96), (0, 0, 0))]        # whole tiles for every config
+         ((256, 256, 96), (0, 0, 0)),        # whole tiles for every config
+         ((256, 512, 320), (0, 0, 0))]       # more k-tiles than stages, more tiles than persistent blocks
 
 DRIVER_HEAD = r"""
 #include "cuda_emu.h"
+#include "tma_sm90.cuh"
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 %(includes)s
 
@@ -71,7 +74,9 @@ void check(const char* what, int M, int N, int K, int oa, int ob, int oc, Launch
     }
 }
 
-int main() {
+int main(int argc, char** argv) {
+    // when TMA's bytes land: at the issue or at the first wait that needs them (tests/emu/tma_sm90.cuh)
+    emu_tma_policy = argc > 1 && std::string(argv[1]) == "at-issue" ? EMU_TMA_AT_ISSUE : EMU_TMA_AT_WAIT;
 """
 
 DRIVER_TAIL = r"""
@@ -96,6 +101,24 @@ def problem_at(shape, offs):
                  for s, base, o in zip(((M, K), (K, N), (M, N)), bases, offs))
 
 
+PERSISTENT_BLOCKS = 3    # a persistent launch gets this many blocks here, so each walks several tiles
+
+
+def tensor_map(spec, pointer: str) -> str:
+    """The emulated TmaDescriptor (tests/emu/tma_sm90.cuh) of a plan's TiledSpec, over the driver's array."""
+    rows, cols = spec.shape
+    box_rows, box_cols = spec.box
+    return (f"TmaDescriptor{{(const unsigned char*){pointer}, {cols}, {rows}, {spec.strides[0]}, {box_cols}, "
+            f"{box_rows}, {spec.dtype.itemsize}, {spec.swizzle}}}")
+
+
+def launch_args(ln, M, N, K) -> str:
+    """v0-v3: (M, N, K, A, B, C); v4 on: (M, N, K, map of A, map of B, C)."""
+    if len(ln.args) == 6 and hasattr(ln.args[3], "box"):
+        return f"{M}, {N}, {K}, {tensor_map(ln.args[3], 'a')}, {tensor_map(ln.args[4], 'b')}, c"
+    return f"{M}, {N}, {K}, (const __nv_bfloat16*)a, (const __nv_bfloat16*)b, c"
+
+
 def driver(versions=None) -> tuple[str, int]:
     lines, files = [], []
     for v in versions or H.HGEMM.values():
@@ -104,20 +127,30 @@ def driver(versions=None) -> tuple[str, int]:
             for shape, offs in CASES:
                 p = v.validate(*problem_at(shape, offs))
                 (ln,) = v.launches(p, config)
+                if ln.source is not None:
+                    files.append(ln.source.file.split("/")[-1])
+                grid = (min(ln.grid[0], PERSISTENT_BLOCKS), 1, 1) if ln.persistent else ln.grid
                 what = f"{v.label} {ln.kernel} {'x'.join(map(str, shape))} offsets {offs}"
                 M, N, K = shape
                 lines.append(
                     f'    check("{what}", {M}, {N}, {K}, {offs[0]}, {offs[1]}, {offs[2]}, '
                     f'[&](__nv_bfloat16* a, __nv_bfloat16* b, __nv_bfloat16* c) {{ emu_launch({ln.kernel}, '
-                    f'dim3e{{{", ".join(map(str, ln.grid))}}}, dim3e{{{", ".join(map(str, ln.block))}}}, '
-                    f'{M}, {N}, {K}, (const __nv_bfloat16*)a, (const __nv_bfloat16*)b, c); }});')
+                    f'dim3e{{{", ".join(map(str, grid))}}}, dim3e{{{", ".join(map(str, ln.block))}}}, '
+                    f'{launch_args(ln, M, N, K)}); }});')
     includes = "\n".join(f'#include "{f}"' for f in dict.fromkeys(files))
     return DRIVER_HEAD % {"includes": includes, "tol": TOL} + "\n".join(lines) + DRIVER_TAIL, len(lines)
 
 
-def build_and_run(tmp_path, versions=None, sources=None):
-    """Compile the driver against the emulated kernels (``sources``: file name -> text overrides) and run it.
-    Returns (returncode, stdout + stderr, number of checks)."""
+TMA_POLICIES = ("at-wait", "at-issue")
+
+
+RUN_TIMEOUT_S = 600     # the whole driver; a pipeline that deadlocks ends here
+
+
+def build_and_run(tmp_path, versions=None, sources=None, policy: str = "at-wait", timeout_s: int = RUN_TIMEOUT_S):
+    """Compile the driver against the emulated kernels (``sources``: file name -> text overrides) and run it with
+    TMA's bytes landing ``policy`` ("at-wait" or "at-issue"). Returns (returncode, stdout + stderr, checks); a
+    run that does not finish in ``timeout_s`` (a deadlocked pipeline) returns returncode None."""
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ is not installed: the emulated kernels need a C++20 compiler")
@@ -131,12 +164,18 @@ def build_and_run(tmp_path, versions=None, sources=None):
     if build.returncode and "barrier" in build.stderr and "No such file" in build.stderr:
         pytest.skip("this g++ has no <barrier> (C++20)")
     assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(tmp_path / "driver")], capture_output=True, text=True, timeout=900)
+    try:
+        run = subprocess.run([str(tmp_path / "driver"), policy], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        return None, f"no result after {timeout_s} s (a deadlock?)\n{e.stdout or ''}", n
     return run.returncode, run.stdout + run.stderr, n
 
 
-def test_every_version_on_the_cpu(tmp_path):
-    rc, out, n = build_and_run(tmp_path)
+@pytest.mark.parametrize("policy", TMA_POLICIES)
+def test_every_version_on_the_cpu(tmp_path, policy):
+    """v0-v3 do not use TMA: the second policy runs only the Hopper versions again."""
+    versions = None if policy == "at-wait" else [v for v in H.HGEMM.values() if v.number >= 4]
+    rc, out, n = build_and_run(tmp_path, versions, policy=policy)
     assert rc == 0 and f"{n} runs, 0 failures" in out, out[-3000:]
 
 
@@ -157,7 +196,20 @@ MUTANTS = {
     "register stage into the live slot": ("v03_pipeline.cu", "v3_pipeline",
                                           [("put_tile<BM, BK, NT, LA>(slot_a(refill), ra);",
                                             "put_tile<BM, BK, NT, LA>(slot_a(slot), ra);")]),
+    # wgmma told that B is K-major while TMA wrote it N-major
+    "wgmma B as K-major": ("hopper_common.cuh", "v4_wgmma",
+                           [("wgmma_m64n128k16<1>", "wgmma_m64n128k16<0>")]),
+    # A's descriptor advanced by 16 bytes per k16 step instead of 32
+    "A descriptor k-step": ("hopper_common.cuh", "v4_wgmma", [("m0 * 128 + 32 * j", "m0 * 128 + 16 * j")]),
+    # B's LBO (box to box along N) and SBO (8 k rows to the next 8) swapped
+    "B LBO and SBO swapped": ("hopper_common.cuh", "v4_wgmma",
+                              [("2048 * j, B_BOX_BYTES, SW128_ATOM", "2048 * j, SW128_ATOM, B_BOX_BYTES")]),
+    # the persistent consumers count the full barrier's phase per tile instead of per stage used
+    "stage parity restarted per tile": ("v06_persistent.cu", "v6_persistent",
+                                        [("mbarrier_wait(&full[s], (it / STAGES) & 1);",
+                                          "mbarrier_wait(&full[s], (kt / STAGES) & 1);")]),
 }
+MUTANT_TIMEOUT_S = 120
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
@@ -167,5 +219,5 @@ def test_the_emulation_catches(tmp_path, mutant):
     for old, new in edits:
         assert old in text, f"the mutant {mutant!r} no longer applies: {old!r} is not in {file}"
         text = text.replace(old, new)
-    rc, out, n = build_and_run(tmp_path, [H.HGEMM[label]], {file: text})
+    rc, out, n = build_and_run(tmp_path, [H.HGEMM[label]], {file: text}, timeout_s=MUTANT_TIMEOUT_S)
     assert rc != 0 and f"{n} runs, 0 failures" not in out, f"the mutant {mutant!r} passed:\n{out[-2000:]}"

@@ -26,21 +26,27 @@ def arrays(M, N, K, *, offs=(0, 0, 0), dtype=None):
 
 # --- the registry and the plans ----------------------------------------------------------------------------
 
-def test_the_ladder_is_v0_to_v3_each_with_its_file_snippet_and_parent():
-    assert list(H.HGEMM) == ["v0_wmma", "v1_mma", "v2_swizzle", "v3_pipeline"]
+AMPERE = ["v0_wmma", "v1_mma", "v2_swizzle", "v3_pipeline"]
+HOPPER = ["v4_wgmma", "v5_warp_specialized", "v6_persistent"]
+
+
+def test_the_ladder_is_v0_to_v6_each_with_its_file_snippet_parent_and_arch():
+    assert list(H.HGEMM) == AMPERE + HOPPER
     from utils.show import snippets
     parent = None
     for v in H.HGEMM.values():
         assert v.parent == parent
         text = (KERNELS / v.source.file).read_text()
-        assert v.snippet in snippets(text) and v.name in text and v.requires == ("bf16-mma",)
+        assert v.snippet in snippets(text) and v.name in text
+        assert v.requires == ("bf16-mma",) if v.label in AMPERE else "wgmma" in v.requires
+        assert v.source.arch("sm_90") == ("sm_90" if v.label in AMPERE else "sm_90a")
         parent = v.label
 
 
-@pytest.mark.parametrize("label", list(H.HGEMM))
+@pytest.mark.parametrize("label", AMPERE)
 @pytest.mark.parametrize("shape", [(1, 1, 1), (37, 199, 1823), (4096, 4096, 4096), (4095, 4097, 4095),
                                    (1, 12288, 4096)])
-def test_every_plan_launches_an_instantiated_kernel_covering_c(label, shape):
+def test_every_ampere_plan_launches_an_instantiated_kernel_covering_c(label, shape):
     v = H.HGEMM[label]
     M, N, K = shape
     for c in v.all_configs():
@@ -52,12 +58,53 @@ def test_every_plan_launches_an_instantiated_kernel_covering_c(label, shape):
         assert ln.smem == (H.smem_bytes(c) if label == "v3_pipeline" else 0)
 
 
+@pytest.mark.parametrize("label", HOPPER)
+@pytest.mark.parametrize("shape", [(1, 8, 8), (37, 200, 1824), (4096, 4096, 4096), (1, 12288, 4096)])
+def test_hopper_plans_launch_one_block_per_tile_with_tma_maps_of_the_operands(label, shape):
+    """On a CPU the plan carries each map's validated TiledSpec: A in boxes of bm x 64, B in boxes of 64 x 64,
+    both 128-byte swizzled, over the operands' memory."""
+    v = H.HGEMM[label]
+    M, N, K = shape
+    a, b, c = arrays(*shape)
+    (ln,) = v.launches(v.validate(a, b, c))
+    cfg = v.default(None)
+    assert ln.kernel in v.source.name_expressions and ln.source is None
+    assert ln.grid == (-(-M // cfg.bm) * -(-N // cfg.bn), 1, 1)
+    assert ln.block == ((128 if label == "v4_wgmma" else 384), 1, 1)
+    assert ln.smem == cfg.stages * 2 * 64 * (cfg.bm + cfg.bn) + 1024 <= 227 * 1024
+    assert ln.persistent == (label == "v6_persistent")
+    map_a, map_b = ln.args[3], ln.args[4]
+    assert (map_a.shape, map_a.box, map_a.swizzle, map_a.address) == ((M, K), (cfg.bm, 64), 128, a.__cuda_array_interface__["data"][0])
+    assert (map_b.shape, map_b.box, map_b.swizzle, map_b.address) == ((K, N), (64, 64), 128, b.__cuda_array_interface__["data"][0])
+    assert ln.args[5] is c
+
+
+@pytest.mark.parametrize("label", HOPPER)
+@pytest.mark.parametrize("shape,offs", [((37, 199, 1823), (0, 0, 0)), ((64, 64, 60), (0, 0, 0)),
+                                        ((64, 64, 64), (4, 0, 0)), ((64, 64, 64), (0, 8, 0)),
+                                        ((4095, 4097, 4095), (0, 0, 0))])
+def test_hopper_plans_hand_what_tma_cannot_read_to_v3(label, shape, offs):
+    v = H.HGEMM[label]
+    p = v.validate(*arrays(*shape, offs=offs))
+    (ln,) = v.launches(p)
+    assert H.is_fallback(ln) and ln.source is H.V3_SOURCE and ln.kernel == H.v3_name(H.V3_DEFAULT, H.vec_ok(p))
+
+
+def test_hopper_configs_are_checked():
+    for c, why in [(H.Hopper(96, 128, 4, 8), "multiple of 64"), (H.Hopper(128, 192, 4, 8), "128 or 256"),
+                   (H.Hopper(128, 256, 1, 8), "stages"), (H.Hopper(256, 256, 4, 8), "shared memory")]:
+        with pytest.raises(Unsupported, match=why):
+            H.check_hopper("probe", c)
+    with pytest.raises(Unsupported, match="128 rows"):
+        H.check_hopper("probe", H.Hopper(64, 256, 4, 8), bm=128)
+
+
 @pytest.mark.parametrize("shape,offs,vec", [
     ((4096, 4096, 4096), (0, 0, 0), True), ((64, 64, 64), (0, 0, 2), True),     # C needs only 4 bytes
     ((64, 64, 64), (0, 0, 1), False), ((64, 64, 64), (4, 0, 0), False), ((64, 64, 64), (0, 8, 0), True),
     ((64, 64, 60), (0, 0, 0), False), ((64, 60, 64), (0, 0, 0), False), ((4095, 4097, 4095), (0, 0, 0), False)])
 def test_the_16_byte_instance_runs_exactly_where_its_conditions_hold(shape, offs, vec):
-    for v in H.HGEMM.values():
+    for v in (H.HGEMM[lab] for lab in AMPERE):
         (ln,) = v.launches(v.validate(*arrays(*shape, offs=offs)))
         assert ln.kernel.endswith(", true>" if vec else ", false>"), (v.label, ln.kernel)
 

@@ -11,11 +11,20 @@ The versions, one .cu each beside this module (``v00_wmma.cu`` ...), sharing ``h
 - v0 ``wmma``: the portable WMMA API, opaque fragments, the epilogue through shared memory;
 - v1 ``mma``: ``mma.sync.m16n8k16`` with ``ldmatrix``/``ldmatrix.trans`` fragments, stored from registers;
 - v2 ``swizzle``: v1 with XOR-swizzled shared-memory tiles (no bank conflicts in ``ldmatrix``);
-- v3 ``pipeline``: v2 with a multi-stage ``cp.async`` pipeline, a grouped tile order and tuned tiles.
+- v3 ``pipeline``: v2 with a multi-stage ``cp.async`` pipeline, a grouped tile order and tuned tiles;
 
-Each comes in two instances: VEC (16-byte loads, K and N multiples of 8, A and B 16-byte aligned, C 4-byte
-aligned) and one that loads element by element for every other shape (:func:`vec_ok` picks). Importing this
-package never needs a GPU.
+and the Hopper way (sm_90a), sharing ``hopper_common.cuh``:
+
+- v4 ``wgmma``: one warpgroup, ``wgmma`` with both operands in shared memory, TMA loads into 128-byte swizzled
+  stages counted by mbarriers;
+- v5 ``warp_specialized``: a producer warpgroup (TMA) and two consumer warpgroups (wgmma), ``setmaxnreg``,
+  full/empty mbarriers per stage;
+- v6 ``persistent``: v5 on a persistent grid, the pipeline running on across tiles.
+
+v0-v3 each come in two instances: VEC (16-byte loads, K and N multiples of 8, A and B 16-byte aligned, C
+4-byte aligned) and one that loads element by element for every other shape (:func:`vec_ok` picks). TMA needs
+16-byte aligned rows too: where they are not, v4-v6 hand the problem to v3's element-wise instance (the plan
+says so in its launch), as libraries fall back to a slower kernel. Importing this package never needs a GPU.
 """
 from __future__ import annotations
 
@@ -253,6 +262,107 @@ def plan_v3(p: Problem, c: Pipe) -> list[Launch]:
     return [Launch(v3_name(c, vec_ok(p)), (blocks, 1, 1), (threads_of(c), 1, 1), args_of(p), smem=smem_bytes(c))]
 
 
+# --- the Hopper way, v4-v6 -----------------------------------------------------------------------------------
+
+Hopper = config_type("Hopper", "bm bn stages group_m")
+HOPPER_BK = 64                   # k per stage: one 128-byte row of A (hopper_common.cuh)
+SW128_ATOM = 1024                # the launch asks for this many extra bytes to align the stages
+HOPPER_SMEM = 227 * 1024         # dynamic shared memory a block may opt into on sm_90
+V4_CONFIG = Hopper(128, 128, 4, 8)
+V5_CONFIG = Hopper(128, 256, 4, 8)
+V6_CONFIG = V5_CONFIG
+HOPPER_REQUIRES = ("wgmma", "tma", "setmaxnreg")
+
+
+def v4_name(c) -> str:
+    return instance("hgemm_v4_wgmma", c.bm, c.bn, c.stages, c.group_m)
+
+
+def v5_name(c) -> str:
+    return instance("hgemm_v5_warp_specialized", c.bn, c.stages, c.group_m)
+
+
+def v6_name(c) -> str:
+    return instance("hgemm_v6_persistent", c.bn, c.stages, c.group_m)
+
+
+V4_SOURCE = KernelSource("hgemm/v04_wgmma.cu", requires=("wgmma", "tma"), name_expressions=(v4_name(V4_CONFIG),))
+V5_SOURCE = KernelSource("hgemm/v05_warp_specialized.cu", requires=HOPPER_REQUIRES,
+                         name_expressions=(v5_name(V5_CONFIG),))
+V6_SOURCE = KernelSource("hgemm/v06_persistent.cu", requires=HOPPER_REQUIRES, name_expressions=(v6_name(V6_CONFIG),))
+
+
+def hopper_smem(c) -> int:
+    """Dynamic shared memory of a Hopper config: the stages of A [bm x 64] and B [64 x bn], plus the alignment."""
+    return c.stages * 2 * HOPPER_BK * (c.bm + c.bn) + SW128_ATOM
+
+
+def check_hopper(kernel: str, c, *, bm=None) -> None:
+    def no(why):
+        raise Unsupported(f"{kernel} {c}: {why}")
+    if bm is not None and c.bm != bm:
+        no(f"the tile has {bm} rows (two consumer warpgroups of 64)")
+    if c.bm % 64 or c.bn not in (128, 256):
+        no("bm a multiple of 64 (m64 wgmmas) and bn 128 or 256 (the wgmma shapes instantiated)")
+    if c.stages < 2 or c.group_m < 1:
+        no("stages >= 2 and group_m >= 1 expected")
+    if hopper_smem(c) > HOPPER_SMEM:
+        no(f"{hopper_smem(c):,} bytes of shared memory, above the {HOPPER_SMEM:,} a block may use on sm_90")
+
+
+TMA_SWIZZLED_ALIGN = 128        # bytes: a 128-byte swizzled tensor map's global address (utils.tma)
+
+
+def tma_ok(p: Problem) -> bool:
+    """TMA can read A and B through 128-byte swizzled maps: every row's stride a multiple of 16 bytes (K and N
+    multiples of 8) and both base addresses 128-byte aligned. C is written by ordinary stores."""
+    return (p.K % 8 == 0 and p.N % 8 == 0 and aligned(p.a, TMA_SWIZZLED_ALIGN)
+            and aligned(p.b, TMA_SWIZZLED_ALIGN))
+
+
+def tensor_maps(p: Problem, bm: int):
+    """The TMA descriptors of A (boxes of bm x 64) and B (boxes of 64 x 64), both with the 128-byte swizzle and
+    zero fill outside the matrix: each a ``TensorMap.arg`` on a GPU host. Without a GPU (a CPU plan) the maps
+    cannot be encoded; the plan then carries each map's validated ``TiledSpec`` instead."""
+    from utils.gpu import has_gpu
+    from utils.tma import tensor_map, tiled_spec
+    if p.a is None:
+        return None, None
+    if not has_gpu():
+        return (tiled_spec(span(p.a)[0], (p.M, p.K), (2 * p.K, 2), bf16(), (bm, HOPPER_BK), swizzle=128),
+                tiled_spec(span(p.b)[0], (p.K, p.N), (2 * p.N, 2), bf16(), (HOPPER_BK, 64), swizzle=128))
+    return (tensor_map(p.a, (bm, HOPPER_BK), swizzle=128).arg, tensor_map(p.b, (HOPPER_BK, 64), swizzle=128).arg)
+
+
+def fallback(p: Problem) -> list[Launch]:
+    """Where TMA cannot read the operands: v3's default config, element-wise instance (its own source)."""
+    (ln,) = plan_v3(p, V3_DEFAULT)
+    return [dataclasses.replace(ln, source=V3_SOURCE)]
+
+
+def plan_hopper(kernel: str, name, *, bm=None, persistent: bool = False):
+    """v4-v6: one block per tile (v6: as many blocks as fit at once), 128 threads per warpgroup; TMA maps for A
+    and B; v3's element-wise instance where TMA cannot read A and B."""
+    def plan(p: Problem, c) -> list[Launch]:
+        check_hopper(kernel, c, bm=bm)
+        if not tma_ok(p):
+            return fallback(p)
+        tiles = ceil_div(p.M, c.bm) * ceil_div(p.N, c.bn)
+        if tiles > MAX_GRID:
+            raise Unsupported(f"{tiles} tiles: more than grid x holds ({MAX_GRID})")
+        threads = 128 if bm is None else 384
+        map_a, map_b = tensor_maps(p, c.bm)
+        return [Launch(name(c), (tiles, 1, 1), (threads, 1, 1), (np.int32(p.M), np.int32(p.N), np.int32(p.K),
+                                                                  map_a, map_b, p.c),
+                       smem=hopper_smem(c), persistent=persistent)]
+    return plan
+
+
+def is_fallback(launch: Launch) -> bool:
+    """Whether a Hopper version's plan handed the problem to v3's element-wise instance."""
+    return launch.kernel.startswith("hgemm_v3_pipeline<")
+
+
 def fixed(config):
     return {"configs": (config,), "default": lambda p: config}
 
@@ -274,6 +384,20 @@ HGEMM = Registry("hgemm", problem, [
             "v2 with a multi-stage cp.async pipeline, grouped tile order and tuned tiles",
             V3_SOURCE, plan_v3, parent="v2_swizzle", snippet="hgemm_v3",
             configs=V3_CONFIGS, default=lambda p: V3_DEFAULT),
+    Version("hgemm_v4_wgmma",
+            "the Hopper way: one warpgroup of wgmma m64n128k16 on 128-byte swizzled stages that TMA fills, "
+            "counted by mbarriers; v3's element-wise kernel where TMA cannot read A and B",
+            V4_SOURCE, plan_hopper("hgemm_v4_wgmma", v4_name), parent="v3_pipeline", snippet="hgemm_v4",
+            **fixed(V4_CONFIG)),
+    Version("hgemm_v5_warp_specialized",
+            "v4 split into a TMA producer warpgroup and two wgmma consumer warpgroups (setmaxnreg), full and "
+            "empty mbarriers per stage, 128 x 256 tiles",
+            V5_SOURCE, plan_hopper("hgemm_v5_warp_specialized", v5_name, bm=128), parent="v4_wgmma",
+            snippet="hgemm_v5", **fixed(V5_CONFIG)),
+    Version("hgemm_v6_persistent",
+            "v5 on a persistent grid: one block per SM walking the tiles, the pipeline running on across them",
+            V6_SOURCE, plan_hopper("hgemm_v6_persistent", v6_name, bm=128, persistent=True),
+            parent="v5_warp_specialized", snippet="hgemm_v6", **fixed(V6_CONFIG)),
 ])
 
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include "ldmatrix_sm80.cuh"
+#include "tile_order.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -174,14 +175,3 @@ __device__ __forceinline__ void store_tile(const float (&acc)[WM / 16][WN / 8][4
             }
 }
 // [[/snippet]]
-
-// The tile a block computes when consecutive blocks walk down groups of GROUP_M row tiles (then across):
-// blocks running at the same time share GROUP_M row panels of A and a few column panels of B in L2.
-__device__ __forceinline__ void grouped_tile(int b, int tiles_m, int tiles_n, int group_m, int& tile_m,
-                                             int& tile_n) {
-    const int per_group = group_m * tiles_n;
-    const int first_m = (b / per_group) * group_m;
-    const int rows = min(tiles_m - first_m, group_m);      // the last group may be shorter
-    tile_m = first_m + (b % per_group) % rows;
-    tile_n = (b % per_group) / rows;
-}

@@ -60,7 +60,7 @@ inline void emu_expect_aligned(const void* p, unsigned bytes, const char* what) 
 }
 
 // Dynamic shared memory: the test driver rewrites `extern __shared__ T name[];` to point here.
-alignas(128) inline unsigned char emu_dynamic_smem[232448];
+alignas(1024) inline unsigned char emu_dynamic_smem[232448];
 
 // --- cp.async: per thread, copies grouped by commit, applied when waited for ----------------------------
 struct EmuCopy { void* dst; const void* src; int bytes, size; };

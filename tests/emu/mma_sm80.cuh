@@ -61,3 +61,13 @@ inline void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes = 16)
 inline void cp_async_commit() { emu_commit_copies(); }
 template <int N>
 inline void cp_async_wait() { emu_land_copies(N); }
+
+// Shared-memory addresses as the kernels see them: offsets into the block's shared memory window. Only dynamic
+// shared memory (emu_dynamic_smem) has one here; descriptors and swizzles are computed on these offsets.
+inline unsigned smem_addr(const void* p) {
+    const auto off = reinterpret_cast<const unsigned char*>(p) - emu_dynamic_smem;
+    if (off < 0 || off >= static_cast<long>(sizeof emu_dynamic_smem))
+        emu_fail("smem_addr: not an address in dynamic shared memory", p);
+    return static_cast<unsigned>(off);
+}
+inline unsigned char* emu_smem_at(unsigned offset) { return emu_dynamic_smem + offset; }

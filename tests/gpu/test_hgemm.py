@@ -53,9 +53,15 @@ def _offset_view(x, off):
     return v
 
 
-# (shape, offsets of a, b, c in elements, whether the 16-byte instance runs)
+# (shape, offsets of a, b, c in elements, whether the 16-byte instance runs); v4-v6 run their own kernel where
+# TMA can read A and B (16-byte row strides, 128-byte aligned bases), v3's kernel elsewhere
 PATHS = [((256, 256, 128), (0, 0, 0), True), ((300, 520, 40), (0, 0, 2), True), ((256, 256, 128), (1, 0, 0), False),
-         ((300, 520, 40), (0, 8, 1), False), ((300, 522, 40), (0, 0, 0), False), ((64, 64, 60), (0, 0, 0), False)]
+         ((300, 520, 40), (0, 8, 1), False), ((300, 522, 40), (0, 0, 0), False), ((64, 64, 60), (0, 0, 0), False),
+         ((256, 256, 128), (8, 0, 0), True), ((640, 384, 200), (0, 64, 0), True)]
+
+
+def _tma_readable(shape, offs) -> bool:
+    return shape[1] % 8 == 0 and shape[2] % 8 == 0 and offs[0] % 64 == 0 and offs[1] % 64 == 0
 
 
 @pytest.mark.parametrize("case", PATHS, ids=lambda c: f"{_name(c[0])}-off{'-'.join(map(str, c[1]))}")
@@ -73,7 +79,10 @@ def test_both_instances(label, case):
     a, b = _offset_view(a, offs[0]), _offset_view(b, offs[1])
     v = H.HGEMM[label]
     (ln,) = v.launches(v.validate(a, b, c))
-    assert ln.kernel.endswith(", true>" if vec else ", false>"), ln.kernel
+    if v.number >= 4:
+        assert H.is_fallback(ln) != _tma_readable(shape, offs), ln.kernel
+    if v.number < 4 or H.is_fallback(ln):
+        assert ln.kernel.endswith(", true>" if vec else ", false>"), ln.kernel
     v(a, b, c)
     assert_close(c, H.reference(a, b), dtype="bfloat16", name=f"{label} {ln.kernel} offsets {offs} (seed {seed})")
 
@@ -136,13 +145,16 @@ def test_cublas_peer_matches_the_reference():
     assert_close(ladders.cublas_peer(case)(), H.reference(a, b), dtype="bfloat16", name=f"cupy.matmul (seed {seed})")
 
 
-@pytest.mark.parametrize("label", ["v0_wmma", "v1_mma", "v2_swizzle", "v3_pipeline"])
+@pytest.mark.parametrize("label", _labels())
 def test_tensor_core_instructions_in_the_sass(label):
-    """HMMA.16816 (the tensor-core MMA of sm_80/sm_90) in every version's SASS, and no HMMA-free fallback."""
+    """HMMA.16816 (mma.sync) in the SASS of v0-v3, HGMMA (wgmma) with TMA loads (UTMALDG) in v4 on."""
     from kernels import hgemm as H
     from kernels.hgemm import ladders
     try:
         counts = ladders.sass_counts(H.HGEMM[label])
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    assert counts.get("HMMA", 0) > 0, counts
+    if H.HGEMM[label].number < 4:
+        assert counts.get("HMMA", 0) > 0, counts
+    else:
+        assert counts.get("HGMMA", 0) > 0 and counts.get("UTMALDG", 0) > 0 and counts.get("HMMA", 0) == 0, counts
