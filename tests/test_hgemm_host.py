@@ -250,3 +250,63 @@ def test_resources_come_from_the_ptxas_report_of_the_instance_the_plan_picks():
     assert r["registers"] == comp.report[comp.symbols[r["kernel"]]]["registers"]
     assert r["smem_kib"] == H.smem_bytes(H.V3_DEFAULT) / 1024 and r["blocks"] >= 1 and r["warps"] == 8 * r["blocks"]
     assert "v3_pipeline" in str(ladders.resources_table([v], facts=facts("H200")))
+
+
+# --- the Hopper way: descriptors against TMA's layout -------------------------------------------------------
+
+def test_wgmma_reads_every_element_where_tma_wrote_it():
+    from kernels.hgemm import hopper as W
+    assert W.disagreements(128, 128) == {"A": 0, "B": 0}
+    assert W.disagreements(128, 256) == {"A": 0, "B": 0}
+
+
+def test_the_descriptor_model_notices_a_wrong_stride(monkeypatch):
+    from kernels.hgemm import hopper as W
+    monkeypatch.setattr(W, "b_descriptor", lambda j: W.descriptor(2048 * j, W.ATOM, W.B_BOX))   # LBO, SBO swapped
+    assert W.disagreements(128, 128)["B"] > 0
+    monkeypatch.setattr(W, "a_descriptor", lambda m0, j: W.descriptor(m0 * 128 + 16 * j, 16, W.ATOM))
+    assert W.disagreements(128, 128)["A"] > 0
+
+
+DESC_PROGRAM = r"""
+#include "cuda_emu.h"
+#include "tma_sm90.cuh"
+#include "hopper_common.cuh"
+#include <cstdio>
+int main() {
+    const bf16* stage = reinterpret_cast<const bf16*>(emu_dynamic_smem + 3 * 1024);
+    for (int m0 = 0; m0 < 128; m0 += 64)
+        for (int j = 0; j < 4; ++j) std::printf("A %d %d %llu\n", m0, j, a_desc(stage, m0, j));
+    for (int j = 0; j < 4; ++j) std::printf("B %d %llu\n", j, b_desc(stage, j));
+}
+"""
+
+
+def test_the_python_descriptors_are_the_kernels(tmp_path):
+    """a_desc and b_desc of hopper_common.cuh, compiled with g++ against the emulated headers, on a stage 3 KiB
+    into shared memory, against hopper.py's descriptors shifted by the same 3 KiB."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed")
+    from kernels.hgemm import hopper as W
+    (tmp_path / "desc.cpp").write_text(DESC_PROGRAM)
+    emu = KERNELS.parent / "tests" / "emu"
+    build = subprocess.run([gxx, "-std=c++20", "-w", "-pthread", f"-I{emu}", f"-I{KERNELS / 'hgemm'}",
+                            f"-I{KERNELS / 'include'}", "desc.cpp", "-o", "desc"], cwd=tmp_path, capture_output=True, text=True)
+    if build.returncode and "No such file" in build.stderr and "barrier" in build.stderr:
+        pytest.skip("this g++ has no <barrier> (C++20)")
+    assert build.returncode == 0, build.stderr[-2000:]
+    got = subprocess.run([str(tmp_path / "desc")], capture_output=True, text=True, check=True).stdout.split("\n")
+    shift = (3 * 1024) >> 4
+    want = [f"A {m0} {j} {W.a_descriptor(m0, j) + shift}" for m0 in (0, 64) for j in range(4)]
+    want += [f"B {j} {W.b_descriptor(j) + shift}" for j in range(4)]
+    assert [ln for ln in got if ln] == want
+
+
+def test_the_register_split_is_the_kernels_and_fits_the_register_file():
+    import re
+    text = (KERNELS / "hgemm" / "hopper_common.cuh").read_text()
+    m = re.search(r"constexpr int PRODUCER_REGS = (\d+), CONSUMER_REGS = (\d+);", text)
+    assert m and (int(m[1]), int(m[2])) == (H.PRODUCER_REGS, H.CONSUMER_REGS)
+    assert 128 * H.PRODUCER_REGS + 256 * H.CONSUMER_REGS <= 65536
+    assert H.PRODUCER_REGS % 8 == 0 and H.CONSUMER_REGS % 8 == 0 and 24 <= H.PRODUCER_REGS < H.CONSUMER_REGS <= 256

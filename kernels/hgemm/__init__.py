@@ -268,6 +268,7 @@ Hopper = config_type("Hopper", "bm bn stages group_m")
 HOPPER_BK = 64                   # k per stage: one 128-byte row of A (hopper_common.cuh)
 SW128_ATOM = 1024                # the launch asks for this many extra bytes to align the stages
 HOPPER_SMEM = 227 * 1024         # dynamic shared memory a block may opt into on sm_90
+PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg in v5, v6 (hopper_common.cuh): 128 x 40 + 256 x 232 <= 65536
 V4_CONFIG = Hopper(128, 128, 4, 8)
 V5_CONFIG = Hopper(128, 256, 4, 8)
 V6_CONFIG = V5_CONFIG
