@@ -12,6 +12,8 @@
 #                   $OUT/ampere (never stamped), counting tracebacks and one-line skips per notebook
 #   --compile-times cold and warm compile seconds per chapter (scripts/compile_times.py)
 #   --run ARGS      python -m utils.run ARGS, e.g. --run "--stale --budget-s 480"
+#   --sanitize OPS  compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over the op families OPS,
+#                   e.g. --sanitize "hgemm sgemm" (scripts/sanitize.py; env SANITIZE_TIMEOUT_S per tool)
 #   env TEST_TIMEOUT_S / RUN_TIMEOUT_S cap the tests / the notebook run (a host's per-command limit:
 #                   the tarball is still written when the run is cut off)
 #   --out DIR       where logs and the tarball of executed notebooks + results go (default $OUT or gpu_out)
@@ -22,7 +24,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT:-gpu_out}
-TESTS=0; NBVAL=0; RUN_ARGS=""; TEST_ARGS="tests"; TESTS_FIRST=0; AMPERE=0; COMPILE_TIMES=0
+TESTS=0; NBVAL=0; RUN_ARGS=""; TEST_ARGS="tests"; TESTS_FIRST=0; AMPERE=0; COMPILE_TIMES=0; SANITIZE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) TESTS=1 ;;
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --test-args) TESTS=1; TEST_ARGS="$2"; shift ;;
     --tests-first) TESTS_FIRST=1 ;;
     --run) RUN_ARGS="$2"; shift ;;
+    --sanitize) SANITIZE="$2"; shift ;;
     --out) OUT_DIR="$2"; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -84,6 +87,12 @@ if [ -n "$RUN_ARGS" ]; then
 fi
 
 [ "$TESTS" = 1 ] && [ "$TESTS_FIRST" = 0 ] && run_tests
+
+if [ -n "$SANITIZE" ]; then
+  # shellcheck disable=SC2086
+  python3 scripts/sanitize.py $SANITIZE --out "$OUT_DIR" --timeout-s "${SANITIZE_TIMEOUT_S:-600}" 2>&1 | tee "$OUT_DIR/sanitize.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
 
 if [ "$COMPILE_TIMES" = 1 ]; then
   timeout "${COMPILE_TIMEOUT_S:-86400}" python3 scripts/compile_times.py 2>&1 | tee "$OUT_DIR/compile_times.log"

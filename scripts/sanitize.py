@@ -1,0 +1,114 @@
+"""compute-sanitizer over an op family's versions on a GPU host: every version launched on small odd shapes
+(fresh seeded inputs, outputs poisoned and checked against the float64 reference) under memcheck, racecheck,
+synccheck and initcheck, one child process per tool. Writes one line per tool and a JSON summary.
+
+    python scripts/sanitize.py hgemm sgemm --out gpu_out        # all four tools
+    python scripts/sanitize.py hgemm --tools memcheck racecheck
+
+The child (``python scripts/sanitize.py --child OP``) is what the sanitizer runs. A tool passes when the child
+exits 0 and the sanitizer reports "ERROR SUMMARY: 0 errors". Without compute-sanitizer the script says so and
+exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+# Small shapes with tails in every dimension: the tools slow a kernel down a hundredfold and more. The hgemm
+# shapes include two that TMA can read (K and N multiples of 8), so v4 on run their own kernels too.
+SHAPES = {
+    "hgemm": [(1, 1, 1), (33, 65, 7), (37, 199, 183), (129, 264, 72), (256, 512, 320)],
+    "sgemm": [(1, 1, 1), (33, 65, 7), (37, 199, 183), (129, 260, 36)],
+}
+
+
+def cases(op: str):
+    """(registry, [(shape, make_inputs, reference, tolerance dtype)]) of an op family."""
+    import numpy as np
+    if op == "hgemm":
+        from kernels.hgemm import HGEMM, reference
+        from kernels.hgemm.ladders import make
+        return HGEMM, [(s, lambda s=s: make(s, np.dtype("float32"), np.random.default_rng(sum(s))), reference,
+                        "bfloat16") for s in SHAPES[op]]
+    if op == "sgemm":
+        from kernels.sgemm import SGEMM, reference
+        from kernels.sgemm.ladders import make
+        return SGEMM, [(s, lambda s=s: make(s, np.dtype("float32"), np.random.default_rng(sum(s))), reference,
+                        "float32") for s in SHAPES[op]]
+    raise SystemExit(f"unknown op {op!r}; expected one of {sorted(SHAPES)}")
+
+
+def child(op: str) -> int:
+    """Run every version the GPU supports once per shape and check it; print one line per launch."""
+    from utils.check import assert_close, poison
+    registry, todo = cases(op)
+    for v in registry.runnable():
+        for shape, make_inputs, reference, dtype in todo:
+            case = make_inputs()
+            a, b, c = case.args
+            poison(c)
+            v(a, b, c)
+            assert_close(c, reference(a, b), dtype=dtype, name=f"{v.label} {shape}")
+            print(f"ok {v.label} {'x'.join(map(str, shape))}", flush=True)
+    return 0
+
+
+SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+
+
+def run_tool(tool: str, op: str, sanitizer: str, timeout_s: int) -> dict:
+    cmd = [sanitizer, "--tool", tool, "--error-exitcode", "86", "--print-limit", "20",
+           sys.executable, str(Path(__file__).resolve()), "--child", op]
+    start = time.time()
+    try:
+        p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+        out, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = f"{e.stdout or ''}{e.stderr or ''}\ntimed out after {timeout_s} s", None
+    m = SUMMARY.findall(out)
+    errors = int(m[-1]) if m else None
+    launches = sum(1 for ln in out.splitlines() if ln.startswith("ok "))
+    return {"op": op, "tool": tool, "rc": rc, "errors": errors, "launches": launches,
+            "seconds": round(time.time() - start, 1), "passed": rc == 0 and errors == 0, "tail": out[-4000:]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ops", nargs="*", default=["hgemm"])
+    ap.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
+    ap.add_argument("--child", metavar="OP", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=Path("gpu_out"))
+    ap.add_argument("--timeout-s", type=int, default=600, help="per tool and op")
+    args = ap.parse_args(argv)
+    if args.child:
+        return child(args.child)
+    sanitizer = shutil.which("compute-sanitizer") or next(
+        (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if Path(p).exists()), None)
+    if sanitizer is None:
+        print("compute-sanitizer is not on PATH nor in /usr/local/cuda/bin: nothing checked")
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for op in args.ops:
+        for tool in args.tools:
+            r = run_tool(tool, op, sanitizer, args.timeout_s)
+            results.append(r)
+            print(f"{op} {tool}: {'clean' if r['passed'] else 'NOT CLEAN'} ({r['errors']} errors, rc {r['rc']}, "
+                  f"{r['launches']} launches checked, {r['seconds']} s)", flush=True)
+            (args.out / f"sanitize-{op}-{tool}.log").write_text(r["tail"])
+    (args.out / "sanitize.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "tail"}
+                                                        for r in results], indent=1) + "\n")
+    return 0 if all(r["passed"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""scripts/sanitize.py on a CPU: the verdict per tool from a stand-in for compute-sanitizer (a shell script that
+prints what the real one prints), and the child's cases for each op family."""
+import importlib.util
+import os
+import stat
+
+import pytest
+
+from utils.paths import REPO
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("sanitize_script", REPO / "scripts" / "sanitize.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fake_sanitizer(tmp_path, text: str, rc: int):
+    path = tmp_path / "compute-sanitizer"
+    path.write_text(f"#!/bin/sh\necho 'ok v0_wmma 1x1x1'\necho '{text}'\nexit {rc}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+@pytest.mark.parametrize("text,rc,passed,errors", [("========= ERROR SUMMARY: 0 errors", 0, True, 0),
+                                                   ("========= ERROR SUMMARY: 3 errors", 86, False, 3),
+                                                   ("Device not supported", 1, False, None)])
+def test_a_tool_passes_only_with_exit_0_and_no_errors(tmp_path, text, rc, passed, errors):
+    if os.name != "posix":
+        pytest.skip("the stand-in is a shell script")
+    r = load().run_tool("memcheck", "hgemm", fake_sanitizer(tmp_path, text, rc), timeout_s=30)
+    assert (r["passed"], r["errors"], r["launches"]) == (passed, errors, 1)
+
+
+def test_every_op_has_small_shapes_with_tails_and_tma_readable_ones():
+    mod = load()
+    assert set(mod.SHAPES) == {"hgemm", "sgemm"}
+    assert any(K % 8 == 0 and N % 8 == 0 for _, N, K in mod.SHAPES["hgemm"])
+    assert all(M * N * K <= 256 * 512 * 320 for M, N, K in mod.SHAPES["hgemm"] + mod.SHAPES["sgemm"])
+    with pytest.raises(SystemExit, match="unknown op"):
+        mod.cases("nope")
