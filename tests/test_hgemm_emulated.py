@@ -26,11 +26,13 @@ CASES = [((1, 1, 1), (0, 0, 0)),
          ((200, 136, 40), (0, 0, 2)),        # 16-byte path with C only 4-byte aligned
          ((70, 133, 48), (0, 0, 0)),         # N odd
          ((256, 256, 96), (0, 0, 0)),        # whole tiles for every config
-         ((256, 512, 320), (0, 0, 0))]       # more k-tiles than stages, more tiles than persistent blocks
+         ((256, 512, 320), (0, 0, 0)),       # more k-tiles than stages, more tiles than persistent blocks
+         ((300, 264, 72), (0, 0, 0))]        # an odd number of row tiles: v7's last pair has a tile past M
 
 DRIVER_HEAD = r"""
 #include "cuda_emu.h"
 #include "tma_sm90.cuh"
+#include "cluster_sm90.cuh"
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -91,7 +93,7 @@ EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:
 
 def emulated_source(path) -> str:
     """A kernel file with its dynamic shared memory pointed at the emulator's buffer."""
-    return EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(emu_dynamic_smem);", path.read_text())
+    return EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(emu_smem);", path.read_text())
 
 
 def problem_at(shape, offs):
@@ -132,9 +134,12 @@ def driver(versions=None) -> tuple[str, int]:
                 grid = (min(ln.grid[0], PERSISTENT_BLOCKS), 1, 1) if ln.persistent else ln.grid
                 what = f"{v.label} {ln.kernel} {'x'.join(map(str, shape))} offsets {offs}"
                 M, N, K = shape
+                if ln.persistent and ln.cluster > 1:
+                    grid = (min(ln.grid[0], PERSISTENT_BLOCKS * ln.cluster), 1, 1)
+                launcher = "emu_launch" if ln.cluster == 1 else f"emu_launch_cluster<{ln.cluster}>"
                 lines.append(
                     f'    check("{what}", {M}, {N}, {K}, {offs[0]}, {offs[1]}, {offs[2]}, '
-                    f'[&](__nv_bfloat16* a, __nv_bfloat16* b, __nv_bfloat16* c) {{ emu_launch({ln.kernel}, '
+                    f'[&](__nv_bfloat16* a, __nv_bfloat16* b, __nv_bfloat16* c) {{ {launcher}({ln.kernel}, '
                     f'dim3e{{{", ".join(map(str, grid))}}}, dim3e{{{", ".join(map(str, ln.block))}}}, '
                     f'{launch_args(ln, M, N, K)}); }});')
     includes = "\n".join(f'#include "{f}"' for f in dict.fromkeys(files))
@@ -208,6 +213,9 @@ MUTANTS = {
     "stage parity restarted per tile": ("v06_persistent.cu", "v6_persistent",
                                         [("mbarrier_wait(&full[s], (it / STAGES) & 1);",
                                           "mbarrier_wait(&full[s], (kt / STAGES) & 1);")]),
+    # each CTA of a v7 cluster multicasts the other half of B's boxes into the wrong places
+    "multicast boxes swapped": ("v07_multicast.cu", "v7_multicast",
+                                [("b_stage(s) + b * 64 * 64, &map_b", "b_stage(s) + (b ^ 1) * 64 * 64, &map_b")]),
 }
 MUTANT_TIMEOUT_S = 120
 

@@ -27,7 +27,7 @@ def arrays(M, N, K, *, offs=(0, 0, 0), dtype=None):
 # --- the registry and the plans ----------------------------------------------------------------------------
 
 AMPERE = ["v0_wmma", "v1_mma", "v2_swizzle", "v3_pipeline"]
-HOPPER = ["v4_wgmma", "v5_warp_specialized", "v6_persistent"]
+HOPPER = ["v4_wgmma", "v5_warp_specialized", "v6_persistent", "v7_multicast"]
 
 
 def test_the_ladder_is_v0_to_v6_each_with_its_file_snippet_parent_and_arch():
@@ -68,11 +68,14 @@ def test_hopper_plans_launch_one_block_per_tile_with_tma_maps_of_the_operands(la
     a, b, c = arrays(*shape)
     (ln,) = v.launches(v.validate(a, b, c))
     cfg = v.default(None)
-    assert ln.kernel in v.source.name_expressions and ln.source is None
-    assert ln.grid == (-(-M // cfg.bm) * -(-N // cfg.bn), 1, 1)
+    tiles_m, tiles_n = -(-M // cfg.bm), -(-N // cfg.bn)
+    cluster = 2 if label == "v7_multicast" else 1
+    assert ln.kernel in v.source.name_expressions and ln.source is None and ln.cluster == cluster
+    assert ln.grid == ((tiles_m * tiles_n if cluster == 1 else 2 * -(-tiles_m // 2) * tiles_n), 1, 1)
     assert ln.block == ((128 if label == "v4_wgmma" else 384), 1, 1)
-    assert ln.smem == cfg.stages * 2 * 64 * (cfg.bm + cfg.bn) + 1024 <= 227 * 1024
-    assert ln.persistent == (label == "v6_persistent")
+    barriers = 2 * cfg.stages * 8 if cluster == 2 else 0
+    assert ln.smem == cfg.stages * 2 * 64 * (cfg.bm + cfg.bn) + 1024 + barriers <= 227 * 1024
+    assert ln.persistent == (label in ("v6_persistent", "v7_multicast"))
     map_a, map_b = ln.args[3], ln.args[4]
     assert (map_a.shape, map_a.box, map_a.swizzle, map_a.address) == ((M, K), (cfg.bm, 64), 128, a.__cuda_array_interface__["data"][0])
     assert (map_b.shape, map_b.box, map_b.swizzle, map_b.address) == ((K, N), (64, 64), 128, b.__cuda_array_interface__["data"][0])
@@ -274,7 +277,7 @@ DESC_PROGRAM = r"""
 #include "hopper_common.cuh"
 #include <cstdio>
 int main() {
-    const bf16* stage = reinterpret_cast<const bf16*>(emu_dynamic_smem + 3 * 1024);
+    const bf16* stage = reinterpret_cast<const bf16*>(emu_smem + 3 * 1024);
     for (int m0 = 0; m0 < 128; m0 += 64)
         for (int j = 0; j < 4; ++j) std::printf("A %d %d %llu\n", m0, j, a_desc(stage, m0, j));
     for (int j = 0; j < 4; ++j) std::printf("B %d %llu\n", j, b_desc(stage, j));

@@ -19,7 +19,8 @@ and the Hopper way (sm_90a), sharing ``hopper_common.cuh``:
   stages counted by mbarriers;
 - v5 ``warp_specialized``: a producer warpgroup (TMA) and two consumer warpgroups (wgmma), ``setmaxnreg``,
   full/empty mbarriers per stage;
-- v6 ``persistent``: v5 on a persistent grid, the pipeline running on across tiles.
+- v6 ``persistent``: v5 on a persistent grid, the pipeline running on across tiles;
+- v7 ``multicast``: v6 in 2-CTA clusters sharing B: each CTA loads half of B's boxes and multicasts them.
 
 v0-v3 each come in two instances: VEC (16-byte loads, K and N multiples of 8, A and B 16-byte aligned, C
 4-byte aligned) and one that loads element by element for every other shape (:func:`vec_ok` picks). TMA needs
@@ -174,6 +175,8 @@ def v3_name(c: Pipe, vec: bool) -> str:
 
 
 REQUIRES = ("bf16-mma",)
+PEAK_CHAINS = 8          # mma_peak.cu: independent accumulator chains per warp
+PEAK_SOURCE = KernelSource("hgemm/mma_peak.cu", requires=REQUIRES, name_expressions=(f"hgemm_mma_peak<{PEAK_CHAINS}>",))
 V0_SOURCE = KernelSource("hgemm/v00_wmma.cu", requires=REQUIRES, name_expressions=tuple(
     v0_name(V0_TILE, v) for v in BOTH))
 V1_SOURCE = KernelSource("hgemm/v01_mma.cu", requires=REQUIRES, name_expressions=tuple(
@@ -272,7 +275,9 @@ PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg in v5, v6 (hopper_common.c
 V4_CONFIG = Hopper(128, 128, 4, 8)
 V5_CONFIG = Hopper(128, 256, 4, 8)
 V6_CONFIG = V5_CONFIG
+V7_CONFIG = V5_CONFIG
 HOPPER_REQUIRES = ("wgmma", "tma", "setmaxnreg")
+CLUSTER = 2                      # v7: two CTAs, vertically adjacent tiles, one B
 
 
 def v4_name(c) -> str:
@@ -291,6 +296,15 @@ V4_SOURCE = KernelSource("hgemm/v04_wgmma.cu", requires=("wgmma", "tma"), name_e
 V5_SOURCE = KernelSource("hgemm/v05_warp_specialized.cu", requires=HOPPER_REQUIRES,
                          name_expressions=(v5_name(V5_CONFIG),))
 V6_SOURCE = KernelSource("hgemm/v06_persistent.cu", requires=HOPPER_REQUIRES, name_expressions=(v6_name(V6_CONFIG),))
+
+
+def v7_name(c) -> str:
+    return instance("hgemm_v7_multicast", c.bn, c.stages, c.group_m)
+
+
+V7_SOURCE = KernelSource("hgemm/v07_multicast.cu", requires=(*HOPPER_REQUIRES, "clusters"),
+                         name_expressions=(v7_name(V7_CONFIG),))
+BARRIER_BYTES = 8                # one mbarrier
 
 
 def hopper_smem(c) -> int:
@@ -341,21 +355,24 @@ def fallback(p: Problem) -> list[Launch]:
     return [dataclasses.replace(ln, source=V3_SOURCE)]
 
 
-def plan_hopper(kernel: str, name, *, bm=None, persistent: bool = False):
-    """v4-v6: one block per tile (v6: as many blocks as fit at once), 128 threads per warpgroup; TMA maps for A
+def plan_hopper(kernel: str, name, *, bm=None, persistent: bool = False, cluster: int = 1):
+    """v4-v7: one block per tile (v6, v7: as many blocks as fit at once; v7: in clusters of two, one block per
+    tile of a vertical pair, the pairs' barriers after the stages), 128 threads per warpgroup; TMA maps for A
     and B; v3's element-wise instance where TMA cannot read A and B."""
     def plan(p: Problem, c) -> list[Launch]:
         check_hopper(kernel, c, bm=bm)
         if not tma_ok(p):
             return fallback(p)
-        tiles = ceil_div(p.M, c.bm) * ceil_div(p.N, c.bn)
-        if tiles > MAX_GRID:
-            raise Unsupported(f"{tiles} tiles: more than grid x holds ({MAX_GRID})")
+        tiles_m, tiles_n = ceil_div(p.M, c.bm), ceil_div(p.N, c.bn)
+        blocks = tiles_m * tiles_n if cluster == 1 else cluster * ceil_div(tiles_m, cluster) * tiles_n
+        if blocks > MAX_GRID:
+            raise Unsupported(f"{blocks} blocks: more than grid x holds ({MAX_GRID})")
         threads = 128 if bm is None else 384
+        smem = hopper_smem(c) + (2 * c.stages * BARRIER_BYTES if cluster > 1 else 0)
         map_a, map_b = tensor_maps(p, c.bm)
-        return [Launch(name(c), (tiles, 1, 1), (threads, 1, 1), (np.int32(p.M), np.int32(p.N), np.int32(p.K),
-                                                                  map_a, map_b, p.c),
-                       smem=hopper_smem(c), persistent=persistent)]
+        return [Launch(name(c), (blocks, 1, 1), (threads, 1, 1), (np.int32(p.M), np.int32(p.N), np.int32(p.K),
+                                                                   map_a, map_b, p.c),
+                       smem=smem, persistent=persistent, cluster=cluster)]
     return plan
 
 
@@ -399,6 +416,11 @@ HGEMM = Registry("hgemm", problem, [
             "v5 on a persistent grid: one block per SM walking the tiles, the pipeline running on across them",
             V6_SOURCE, plan_hopper("hgemm_v6_persistent", v6_name, bm=128, persistent=True),
             parent="v5_warp_specialized", snippet="hgemm_v6", **fixed(V6_CONFIG)),
+    Version("hgemm_v7_multicast",
+            "v6 in clusters of two CTAs on vertically adjacent tiles: each loads half of B with a multicast TMA into "
+            "both; the empty barriers count both CTAs' consumers",
+            V7_SOURCE, plan_hopper("hgemm_v7_multicast", v7_name, bm=128, persistent=True, cluster=CLUSTER),
+            parent="v6_persistent", snippet="hgemm_v7", **fixed(V7_CONFIG)),
 ])
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from utils.ladder import Case, Ladder, shape_name
 from utils.table import Table
 
-from . import HGEMM, V3_CONFIGS, flops, nbytes, reference
+from . import HGEMM, PEAK_CHAINS, PEAK_SOURCE, V3_CONFIGS, flops, nbytes, reference
 
 PEERS = ("cupy.matmul", "torch.matmul")
 HIDDEN, MLP, TOKENS = 4096, 11008, 8192   # a 7B model (Llama-2-7B) at 8192 tokens, as chapter 10's ledger
@@ -167,14 +167,7 @@ def sweep_table(lad: Ladder, shapes, configs=V3_CONFIGS) -> Table:
 
 # --- the ceiling of mma.sync ----------------------------------------------------------------------------
 
-PEAK_CHAINS = 8
 PEAK_THREADS = 256
-
-
-def peak_source():
-    from utils.build import KernelSource
-    return KernelSource("hgemm/mma_peak.cu", requires=("bf16-mma",),
-                        name_expressions=(f"hgemm_mma_peak<{PEAK_CHAINS}>",))
 
 
 def peak_fragments(seed: int):
@@ -199,8 +192,7 @@ def time_mma_peak(rec, *, iters: int = 4096, blocks_per_sm: int = 2, seed: int =
     from utils.check import assert_close
     from utils.hardware import facts
     A, B, regs = peak_fragments(seed)
-    src = peak_source()
-    fn = src.function(f"hgemm_mma_peak<{PEAK_CHAINS}>")
+    fn = PEAK_SOURCE.function(f"hgemm_mma_peak<{PEAK_CHAINS}>")
     frags = cupy.asarray(regs.astype(np.uint32))
     D = cupy.full((16, 8), np.nan, dtype=cupy.float32)
     blocks = blocks_per_sm * facts().sms

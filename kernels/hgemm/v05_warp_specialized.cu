@@ -2,8 +2,9 @@
 // (one thread issues the TMA copies; the warpgroup hands most of its registers back with setmaxnreg), and
 // warpgroups 1 and 2 are consumers, each computing 64 rows of a 128 x BN tile with m64nBNk16 wgmmas (and
 // taking the producer's registers). Two mbarriers per stage replace the block-wide barrier: `full` (the
-// stage's bytes have landed) and `empty` (every consumer thread is done reading it). A consumer keeps one
-// wgmma group in flight: it releases stage k - 1 only after waiting for all but the newest group.
+// stage's bytes have landed) and `empty` (both consumer warpgroups are done reading it: one thread of each
+// arrives after its wgmma wait, since a wgmma group completes for its whole warpgroup at once). A consumer
+// keeps one wgmma group in flight: it releases stage k - 1 only after waiting for all but the newest group.
 #include "hopper_common.cuh"
 
 // [[snippet: hgemm_v5]]
@@ -11,7 +12,7 @@ template <int BN, int STAGES, int GROUP_M>
 __global__ void __launch_bounds__(384, 1)
 hgemm_v5_warp_specialized(int M, int N, int K, const __grid_constant__ TmaDescriptor map_a,
                           const __grid_constant__ TmaDescriptor map_b, bf16* __restrict__ C) {
-    constexpr int BM = 128, CONSUMERS = 256;
+    constexpr int BM = 128, CONSUMER_WARPGROUPS = 2;
     constexpr int A_BYTES = BM * HOPPER_BK * 2, B_BYTES = HOPPER_BK * BN * 2, STAGE = A_BYTES + B_BYTES;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* smem = atom_aligned(smem_raw);     // [STAGES][A: 128 x 64 | B: BN/64 x (64 x 64)], swizzled
@@ -25,7 +26,7 @@ hgemm_v5_warp_specialized(int M, int N, int K, const __grid_constant__ TmaDescri
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(&full[s], 1);               // the producer's arrive_expect_tx
-            mbarrier_init(&empty[s], CONSUMERS);      // every consumer thread
+            mbarrier_init(&empty[s], CONSUMER_WARPGROUPS);   // one thread per consumer warpgroup
         }
         fence_barrier_init();
     }
@@ -49,13 +50,14 @@ hgemm_v5_warp_specialized(int M, int N, int K, const __grid_constant__ TmaDescri
     }
     setmaxnreg_inc<CONSUMER_REGS>();                  // the consumers
     const int rows = 64 * (wg - 1);                   // this warpgroup's 64 rows of the tile
+    const bool signals = threadIdx.x % 128 == 0;      // the warpgroup's thread that releases stages
     float acc[BN / 2] = {};
     for (int kt = 0; kt < tiles_k; ++kt) {
         const int s = kt % STAGES;
         mbarrier_wait(&full[s], (kt / STAGES) & 1);
         wgmma_stage<BN>(acc, a_stage(s), b_stage(s), rows);
         wgmma_wait<1>();                              // all but this stage's group are done ...
-        if (kt > 0) mbarrier_arrive(&empty[(kt - 1) % STAGES]);   // ... so the previous stage is free
+        if (kt > 0 && signals) mbarrier_arrive(&empty[(kt - 1) % STAGES]);   // ... so the previous stage is free
     }
     wgmma_wait<0>();
     store_wgmma_tile<BN>(acc, C, M, N, m0 + rows, n0);

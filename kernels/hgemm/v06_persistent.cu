@@ -10,7 +10,7 @@ template <int BN, int STAGES, int GROUP_M>
 __global__ void __launch_bounds__(384, 1)
 hgemm_v6_persistent(int M, int N, int K, const __grid_constant__ TmaDescriptor map_a,
                     const __grid_constant__ TmaDescriptor map_b, bf16* __restrict__ C) {
-    constexpr int BM = 128, CONSUMERS = 256;
+    constexpr int BM = 128, CONSUMER_WARPGROUPS = 2;
     constexpr int A_BYTES = BM * HOPPER_BK * 2, B_BYTES = HOPPER_BK * BN * 2, STAGE = A_BYTES + B_BYTES;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* smem = atom_aligned(smem_raw);     // [STAGES][A: 128 x 64 | B: BN/64 x (64 x 64)], swizzled
@@ -23,7 +23,7 @@ hgemm_v6_persistent(int M, int N, int K, const __grid_constant__ TmaDescriptor m
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], CONSUMERS);
+            mbarrier_init(&empty[s], CONSUMER_WARPGROUPS);
         }
         fence_barrier_init();
     }
@@ -52,6 +52,7 @@ hgemm_v6_persistent(int M, int N, int K, const __grid_constant__ TmaDescriptor m
     }
     setmaxnreg_inc<CONSUMER_REGS>();                  // the consumers
     const int rows = 64 * (wg - 1);
+    const bool signals = threadIdx.x % 128 == 0;      // the warpgroup's thread that releases stages
     int it = 0;                                       // stages consumed so far, in the producer's order
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int tile_m, tile_n;
@@ -62,10 +63,10 @@ hgemm_v6_persistent(int M, int N, int K, const __grid_constant__ TmaDescriptor m
             mbarrier_wait(&full[s], (it / STAGES) & 1);
             wgmma_stage<BN>(acc, a_stage(s), b_stage(s), rows);
             wgmma_wait<1>();
-            if (kt > 0) mbarrier_arrive(&empty[(it - 1) % STAGES]);
+            if (kt > 0 && signals) mbarrier_arrive(&empty[(it - 1) % STAGES]);
         }
         wgmma_wait<0>();
-        mbarrier_arrive(&empty[(it - 1) % STAGES]);   // the tile's last stage, now that its group is done
+        if (signals) mbarrier_arrive(&empty[(it - 1) % STAGES]);   // the tile's last stage, its group done
         store_wgmma_tile<BN>(acc, C, M, N, tile_m * BM + rows, tile_n * BN);
     }
 }

@@ -24,7 +24,7 @@
 struct dim3e { unsigned x = 0, y = 0, z = 0; };
 inline thread_local dim3e threadIdx, blockIdx;
 inline dim3e blockDim, gridDim;
-inline std::barrier<>* emu_barrier = nullptr;
+inline thread_local std::barrier<>* emu_barrier = nullptr;   // this thread's block
 
 #define __syncthreads() emu_barrier->arrive_and_wait()
 #define __global__
@@ -47,6 +47,7 @@ struct EmuWarp {
     uint64_t slot[32][8];   // what each lane hands to a collective operation
 };
 inline thread_local EmuWarp* emu_warp = nullptr;
+inline thread_local std::barrier<>* emu_warpgroup = nullptr;   // the 128 threads of this thread's warpgroup
 inline thread_local unsigned emu_lane = 0;
 inline void emu_warp_sync() { emu_warp->bar.arrive_and_wait(); }
 #define __syncwarp(...) emu_warp_sync()
@@ -59,8 +60,15 @@ inline void emu_expect_aligned(const void* p, unsigned bytes, const char* what) 
     if (reinterpret_cast<uintptr_t>(p) % bytes) emu_fail(what, p);
 }
 
-// Dynamic shared memory: the test driver rewrites `extern __shared__ T name[];` to point here.
-alignas(1024) inline unsigned char emu_dynamic_smem[232448];
+// Dynamic shared memory: the test driver rewrites `extern __shared__ T name[];` to `emu_smem`, this thread's
+// block's buffer. Blocks run one after another and share buffer 0, except the blocks of one cluster, which run
+// at the same time, each with its own (cluster rank r: buffer r).
+constexpr int EMU_MAX_CLUSTER = 2;
+constexpr unsigned EMU_SMEM_BYTES = 232448;
+alignas(1024) inline unsigned char emu_smem_pool[EMU_MAX_CLUSTER][EMU_SMEM_BYTES];
+inline thread_local unsigned char* emu_smem = emu_smem_pool[0];
+inline thread_local unsigned emu_cta_rank = 0;
+inline std::barrier<>* emu_cluster_barrier = nullptr;
 
 // --- cp.async: per thread, copies grouped by commit, applied when waited for ----------------------------
 struct EmuCopy { void* dst; const void* src; int bytes, size; };
@@ -88,13 +96,16 @@ void emu_launch(Kernel kernel, dim3e grid, dim3e block, Args... args) {
     blockDim = block;
     const unsigned nt = block.x * block.y * block.z;
     std::barrier<> bar(nt);
-    emu_barrier = &bar;
     std::vector<std::unique_ptr<EmuWarp>> warps;
     for (unsigned w = 0; w * 32 < nt; ++w) warps.push_back(std::make_unique<EmuWarp>(std::min(32u, nt - w * 32)));
+    std::vector<std::unique_ptr<std::barrier<>>> warpgroups;
+    for (unsigned g = 0; g * 128 < nt; ++g) warpgroups.push_back(std::make_unique<std::barrier<>>(std::min(128u, nt - g * 128)));
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < nt; ++t)
-        threads.emplace_back([=, &bar, &warps] {
+        threads.emplace_back([=, &bar, &warps, &warpgroups] {
             threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            emu_barrier = &bar;
+            emu_warpgroup = warpgroups[t / 128].get();
             emu_warp = warps[t / 32].get();
             emu_lane = t % 32;
             for (unsigned z = 0; z < grid.z; ++z)
@@ -108,4 +119,48 @@ void emu_launch(Kernel kernel, dim3e grid, dim3e block, Args... args) {
                     }
         });
     for (auto& th : threads) th.join();
+}
+
+// A kernel compiled with __cluster_dims__(CS, 1, 1): the CS blocks of each cluster run at the same time (each its
+// own threads, block barrier, warps and shared memory; a cluster-wide barrier for cluster_sync), the clusters
+// one after another. Static __shared__ variables would be shared by the cluster's blocks here: cluster kernels
+// keep everything in dynamic shared memory.
+template <int CS, class Kernel, class... Args>
+void emu_launch_cluster(Kernel kernel, dim3e grid, dim3e block, Args... args) {
+    static_assert(CS >= 1 && CS <= EMU_MAX_CLUSTER, "cluster size the emulation holds");
+    if (grid.x % CS || grid.y != 1 || grid.z != 1) emu_fail("cluster launch: grid.x must be a multiple of the cluster", nullptr);
+    gridDim = grid;
+    blockDim = block;
+    const unsigned nt = block.x * block.y * block.z;
+    for (unsigned cluster = 0; cluster < grid.x / CS; ++cluster) {
+        std::barrier<> cluster_bar(CS * nt);
+        emu_cluster_barrier = &cluster_bar;
+        std::vector<std::unique_ptr<std::barrier<>>> block_bars, warpgroups;
+        std::vector<std::unique_ptr<EmuWarp>> warps;
+        for (int r = 0; r < CS; ++r) {
+            block_bars.push_back(std::make_unique<std::barrier<>>(nt));
+            for (unsigned w = 0; w * 32 < nt; ++w) warps.push_back(std::make_unique<EmuWarp>(std::min(32u, nt - w * 32)));
+            for (unsigned g = 0; g * 128 < nt; ++g)
+                warpgroups.push_back(std::make_unique<std::barrier<>>(std::min(128u, nt - g * 128)));
+        }
+        const unsigned warps_per_block = (nt + 31) / 32, groups_per_block = (nt + 127) / 128;
+        std::vector<std::thread> threads;
+        for (unsigned t = 0; t < CS * nt; ++t)
+            threads.emplace_back([=, &block_bars, &warps, &warpgroups] {
+                const unsigned r = t / nt, local = t % nt;
+                threadIdx = {local % block.x, (local / block.x) % block.y, local / (block.x * block.y)};
+                blockIdx = {cluster * CS + r, 0, 0};
+                emu_barrier = block_bars[r].get();
+                emu_warpgroup = warpgroups[r * groups_per_block + local / 128].get();
+                emu_warp = warps[r * warps_per_block + local / 32].get();
+                emu_lane = local % 32;
+                emu_smem = emu_smem_pool[r];
+                emu_cta_rank = r;
+                kernel(args...);
+                emu_commit_copies();
+                emu_land_copies(0);
+            });
+        for (auto& th : threads) th.join();
+    }
+    emu_cluster_barrier = nullptr;
 }

@@ -63,11 +63,13 @@ template <int N>
 inline void cp_async_wait() { emu_land_copies(N); }
 
 // Shared-memory addresses as the kernels see them: offsets into the block's shared memory window. Only dynamic
-// shared memory (emu_dynamic_smem) has one here; descriptors and swizzles are computed on these offsets.
-inline unsigned smem_addr(const void* p) {
-    const auto off = reinterpret_cast<const unsigned char*>(p) - emu_dynamic_smem;
-    if (off < 0 || off >= static_cast<long>(sizeof emu_dynamic_smem))
-        emu_fail("smem_addr: not an address in dynamic shared memory", p);
+// shared memory (emu_smem, this thread's block's buffer) has one here; descriptors and swizzles are computed
+// on these offsets.
+inline unsigned smem_offset_in(const unsigned char* base, const void* p) {
+    const auto off = reinterpret_cast<const unsigned char*>(p) - base;
+    if (off < 0 || off >= static_cast<long>(EMU_SMEM_BYTES))
+        emu_fail("smem_addr: not an address in this block's dynamic shared memory", p);
     return static_cast<unsigned>(off);
 }
-inline unsigned char* emu_smem_at(unsigned offset) { return emu_dynamic_smem + offset; }
+inline unsigned smem_addr(const void* p) { return smem_offset_in(emu_smem, p); }
+inline unsigned char* emu_smem_at(unsigned offset) { return emu_smem + offset; }

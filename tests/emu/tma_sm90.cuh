@@ -28,11 +28,20 @@ struct alignas(64) TmaDescriptor {
 };
 static_assert(sizeof(TmaDescriptor) == 128, "a tensor map is 128 bytes");
 
+struct EmuTmaCopy { unsigned char* base; unsigned char* dst; TmaDescriptor map; int col, row; };   // base: the
+                                                                                                // destination block's smem
+inline std::mutex emu_tma_mutex;
+inline std::unordered_map<unsigned long long*, std::vector<EmuTmaCopy>> emu_tma_pending;
+
 // --- mbarrier: bits 0-10 expected arrivals, 11-21 pending arrivals, 22 phase parity, 32-63 pending bytes ---
 inline uint64_t emu_bar_pack(uint64_t expected, uint64_t pending, uint64_t phase, int64_t tx) {
     return expected | (pending << 11) | (phase << 22) | (static_cast<uint64_t>(static_cast<uint32_t>(tx)) << 32);
 }
 inline void mbarrier_init(unsigned long long* bar, unsigned arrivals) {
+    {   // a barrier initialised again (the next block of a sequential launch) starts with nothing pending
+        std::lock_guard<std::mutex> lock(emu_tma_mutex);
+        emu_tma_pending.erase(bar);
+    }
     if (arrivals == 0 || arrivals >= 2048) emu_fail("mbarrier_init: arrival count out of range", bar);
     std::atomic_ref<unsigned long long>(*bar).store(emu_bar_pack(arrivals, arrivals, 0, 0));
 }
@@ -59,9 +68,6 @@ inline void mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
 inline void mbarrier_arrive(unsigned long long* bar) { emu_bar_update(bar, 1, 0); }
 
 // --- TMA ---------------------------------------------------------------------------------------------------
-struct EmuTmaCopy { unsigned char* dst; TmaDescriptor map; int col, row; };
-inline std::mutex emu_tma_mutex;
-inline std::unordered_map<unsigned long long*, std::vector<EmuTmaCopy>> emu_tma_pending;
 
 inline unsigned emu_swizzle(unsigned offset, int swizzle) {
     return swizzle == 128 ? offset ^ (((offset >> 7) & 7) << 4) : offset;
@@ -71,13 +77,13 @@ inline int emu_tma_land(const EmuTmaCopy& c) {   // returns the bytes the box co
     const TmaDescriptor& m = c.map;
     const int row_bytes_smem = m.box_cols * m.elem_bytes;
     if (m.swizzle == 128 && row_bytes_smem != 128) emu_fail("TMA: the emulation takes 128-byte box rows with the 128-byte swizzle", c.dst);
-    const unsigned base = smem_addr(c.dst);
+    const unsigned base = smem_offset_in(c.base, c.dst);
     if (m.swizzle == 128 && base % 1024) emu_fail("TMA: a 128-byte swizzled box must start 1024-byte aligned", c.dst);
     for (int r = 0; r < m.box_rows; ++r)
         for (int e = 0; e < m.box_cols; ++e) {
             const long long gr = c.row + r, gc = c.col + e;
             const unsigned off = emu_swizzle(base + r * row_bytes_smem + e * m.elem_bytes, m.swizzle);
-            unsigned char* dst = emu_smem_at(off);
+            unsigned char* dst = c.base + off;
             if (gr >= 0 && gr < m.rows && gc >= 0 && gc < m.cols)
                 std::memcpy(dst, m.base + gr * m.row_bytes + gc * m.elem_bytes, m.elem_bytes);
             else
@@ -86,8 +92,9 @@ inline int emu_tma_land(const EmuTmaCopy& c) {   // returns the bytes the box co
     return m.box_rows * row_bytes_smem;
 }
 
-inline void tma_load_2d(void* dst, const TmaDescriptor* map, int col, int row, unsigned long long* bar) {
-    EmuTmaCopy c{static_cast<unsigned char*>(dst), *map, col, row};
+inline void emu_tma_issue(unsigned char* base, void* dst, const TmaDescriptor* map, int col, int row,
+                          unsigned long long* bar) {
+    EmuTmaCopy c{base, static_cast<unsigned char*>(dst), *map, col, row};
     if (emu_tma_policy == EMU_TMA_AT_ISSUE) {
         const int bytes = emu_tma_land(c);
         emu_bar_update(bar, 0, -bytes);
@@ -95,6 +102,10 @@ inline void tma_load_2d(void* dst, const TmaDescriptor* map, int col, int row, u
     }
     std::lock_guard<std::mutex> lock(emu_tma_mutex);
     emu_tma_pending[bar].push_back(c);
+}
+
+inline void tma_load_2d(void* dst, const TmaDescriptor* map, int col, int row, unsigned long long* bar) {
+    emu_tma_issue(emu_smem, dst, map, col, row, bar);
 }
 
 inline void emu_tma_land_pending(unsigned long long* bar) {

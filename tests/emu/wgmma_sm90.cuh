@@ -63,6 +63,8 @@ inline void wgmma_wait() {
         for (const EmuWgmma& op : emu_wgmma_groups.front()) emu_wgmma_run(op);
         emu_wgmma_groups.pop_front();
     }
+    if (emu_warpgroup == nullptr) emu_fail("wgmma_wait outside a launch with warpgroups", nullptr);
+    emu_warpgroup->arrive_and_wait();
 }
 
 template <int REGS> inline void setmaxnreg_dec() {}
