@@ -114,11 +114,24 @@ def tensor_map(spec, pointer: str) -> str:
             f"{box_rows}, {spec.dtype.itemsize}, {spec.swizzle}}}")
 
 
+BASES = {1 << 36: "a", 2 << 36: "b", 3 << 36: "c"}     # problem_at's fake pointers, by the array they stand for
+
+
+def array_of(address: int) -> str:
+    return next(name for base, name in BASES.items() if base <= address < base + (1 << 36))
+
+
 def launch_args(ln, M, N, K) -> str:
-    """v0-v3: (M, N, K, A, B, C); v4 on: (M, N, K, map of A, map of B, C)."""
-    if len(ln.args) == 6 and hasattr(ln.args[3], "box"):
-        return f"{M}, {N}, {K}, {tensor_map(ln.args[3], 'a')}, {tensor_map(ln.args[4], 'b')}, c"
-    return f"{M}, {N}, {K}, (const __nv_bfloat16*)a, (const __nv_bfloat16*)b, c"
+    """M, N, K, then A, B, C as the plan passes them: pointers (v0-v3) or TMA maps (v4 on: the maps of A and B
+    and the pointer to C; v8: the three maps), each map over the driver's array it was made for."""
+    rest = []
+    for arg in ln.args[3:]:
+        if hasattr(arg, "box"):
+            rest.append(tensor_map(arg, array_of(arg.address)))
+        else:
+            name = array_of(arg.__cuda_array_interface__["data"][0])
+            rest.append(name if name == "c" else f"(const __nv_bfloat16*){name}")
+    return f"{M}, {N}, {K}, " + ", ".join(rest)
 
 
 def driver(versions=None) -> tuple[str, int]:
@@ -216,6 +229,10 @@ MUTANTS = {
     # each CTA of a v7 cluster multicasts the other half of B's boxes into the wrong places
     "multicast boxes swapped": ("v07_multicast.cu", "v7_multicast",
                                 [("b_stage(s) + b * 64 * 64, &map_b", "b_stage(s) + (b ^ 1) * 64 * 64, &map_b")]),
+    # v8's staging tile written row-major while the TMA map of C reads it 128-byte swizzled
+    "staging tile unswizzled": ("hopper_common.cuh", "v8_tma_store",
+                                [("*reinterpret_cast<__nv_bfloat162*>(base + (byte ^ (((byte >> 7) & 7) << 4))) =",
+                                  "*reinterpret_cast<__nv_bfloat162*>(base + byte) =")]),
 }
 MUTANT_TIMEOUT_S = 120
 

@@ -27,7 +27,7 @@ def arrays(M, N, K, *, offs=(0, 0, 0), dtype=None):
 # --- the registry and the plans ----------------------------------------------------------------------------
 
 AMPERE = ["v0_wmma", "v1_mma", "v2_swizzle", "v3_pipeline"]
-HOPPER = ["v4_wgmma", "v5_warp_specialized", "v6_persistent", "v7_multicast"]
+HOPPER = ["v4_wgmma", "v5_warp_specialized", "v6_persistent", "v7_multicast", "v8_tma_store"]
 
 
 def test_the_ladder_is_v0_to_v6_each_with_its_file_snippet_parent_and_arch():
@@ -69,17 +69,31 @@ def test_hopper_plans_launch_one_block_per_tile_with_tma_maps_of_the_operands(la
     (ln,) = v.launches(v.validate(a, b, c))
     cfg = v.default(None)
     tiles_m, tiles_n = -(-M // cfg.bm), -(-N // cfg.bn)
-    cluster = 2 if label == "v7_multicast" else 1
+    cluster = 2 if label in ("v7_multicast", "v8_tma_store") else 1
     assert ln.kernel in v.source.name_expressions and ln.source is None and ln.cluster == cluster
     assert ln.grid == ((tiles_m * tiles_n if cluster == 1 else 2 * -(-tiles_m // 2) * tiles_n), 1, 1)
     assert ln.block == ((128 if label == "v4_wgmma" else 384), 1, 1)
     barriers = 2 * cfg.stages * 8 if cluster == 2 else 0
-    assert ln.smem == cfg.stages * 2 * 64 * (cfg.bm + cfg.bn) + 1024 + barriers <= 227 * 1024
-    assert ln.persistent == (label in ("v6_persistent", "v7_multicast"))
+    staging = 2 * 64 * 64 * 2 if label == "v8_tma_store" else 0
+    assert ln.smem == cfg.stages * 2 * 64 * (cfg.bm + cfg.bn) + 1024 + barriers + staging <= 227 * 1024
+    assert ln.persistent == (label in ("v6_persistent", "v7_multicast", "v8_tma_store"))
     map_a, map_b = ln.args[3], ln.args[4]
     assert (map_a.shape, map_a.box, map_a.swizzle, map_a.address) == ((M, K), (cfg.bm, 64), 128, a.__cuda_array_interface__["data"][0])
     assert (map_b.shape, map_b.box, map_b.swizzle, map_b.address) == ((K, N), (64, 64), 128, b.__cuda_array_interface__["data"][0])
-    assert ln.args[5] is c
+    if label == "v8_tma_store":
+        map_c = ln.args[5]
+        assert (map_c.shape, map_c.box, map_c.swizzle, map_c.address) == ((M, N), (64, 64), 128, c.__cuda_array_interface__["data"][0])
+    else:
+        assert ln.args[5] is c
+
+
+def test_v8_runs_v7_where_tma_cannot_write_c():
+    v = H.HGEMM["v8_tma_store"]
+    for shape, offs in [((64, 64, 64), (0, 0, 8)), ((64, 64, 64), (0, 0, 2))]:
+        (ln,) = v.launches(v.validate(*arrays(*shape, offs=offs)))
+        assert ln.kernel == H.v7_name(H.V7_CONFIG) and ln.source is H.V7_SOURCE and not H.is_fallback(ln)
+    (ln,) = v.launches(v.validate(*arrays(64, 60, 64)))
+    assert H.is_fallback(ln)
 
 
 @pytest.mark.parametrize("label", HOPPER)

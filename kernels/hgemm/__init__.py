@@ -20,7 +20,8 @@ and the Hopper way (sm_90a), sharing ``hopper_common.cuh``:
 - v5 ``warp_specialized``: a producer warpgroup (TMA) and two consumer warpgroups (wgmma), ``setmaxnreg``,
   full/empty mbarriers per stage;
 - v6 ``persistent``: v5 on a persistent grid, the pipeline running on across tiles;
-- v7 ``multicast``: v6 in 2-CTA clusters sharing B: each CTA loads half of B's boxes and multicasts them.
+- v7 ``multicast``: v6 in 2-CTA clusters sharing B: each CTA loads half of B's boxes and multicasts them;
+- v8 ``tma_store``: v7 with the epilogue through a swizzled staging tile and TMA stores.
 
 v0-v3 each come in two instances: VEC (16-byte loads, K and N multiples of 8, A and B 16-byte aligned, C
 4-byte aligned) and one that loads element by element for every other shape (:func:`vec_ok` picks). TMA needs
@@ -276,6 +277,8 @@ V4_CONFIG = Hopper(128, 128, 4, 8)
 V5_CONFIG = Hopper(128, 256, 4, 8)
 V6_CONFIG = V5_CONFIG
 V7_CONFIG = V5_CONFIG
+V8_CONFIG = V5_CONFIG
+C_CHUNK_BYTES = 64 * 64 * 2      # v8: a consumer warpgroup's staging tile of C
 HOPPER_REQUIRES = ("wgmma", "tma", "setmaxnreg")
 CLUSTER = 2                      # v7: two CTAs, vertically adjacent tiles, one B
 
@@ -305,6 +308,14 @@ def v7_name(c) -> str:
 V7_SOURCE = KernelSource("hgemm/v07_multicast.cu", requires=(*HOPPER_REQUIRES, "clusters"),
                          name_expressions=(v7_name(V7_CONFIG),))
 BARRIER_BYTES = 8                # one mbarrier
+
+
+def v8_name(c) -> str:
+    return instance("hgemm_v8_tma_store", c.bn, c.stages, c.group_m)
+
+
+V8_SOURCE = KernelSource("hgemm/v08_tma_store.cu", requires=(*HOPPER_REQUIRES, "clusters"),
+                         name_expressions=(v8_name(V8_CONFIG),))
 
 
 def hopper_smem(c) -> int:
@@ -349,6 +360,22 @@ def tensor_maps(p: Problem, bm: int):
     return (tensor_map(p.a, (bm, HOPPER_BK), swizzle=128).arg, tensor_map(p.b, (HOPPER_BK, 64), swizzle=128).arg)
 
 
+def tma_store_ok(p: Problem) -> bool:
+    """TMA can write C through a 128-byte swizzled map: rows a multiple of 16 bytes, a 128-byte aligned base."""
+    return p.N % 8 == 0 and aligned(p.c, TMA_SWIZZLED_ALIGN)
+
+
+def c_tensor_map(p: Problem):
+    """v8's TMA map of C: boxes of 64 x 64, 128-byte swizzle (a TiledSpec without a GPU, as tensor_maps)."""
+    from utils.gpu import has_gpu
+    from utils.tma import tensor_map, tiled_spec
+    if p.c is None:
+        return None
+    if not has_gpu():
+        return tiled_spec(span(p.c)[0], (p.M, p.N), (2 * p.N, 2), bf16(), (64, 64), swizzle=128)
+    return tensor_map(p.c, (64, 64), swizzle=128).arg
+
+
 def fallback(p: Problem) -> list[Launch]:
     """Where TMA cannot read the operands: v3's default config, element-wise instance (its own source)."""
     (ln,) = plan_v3(p, V3_DEFAULT)
@@ -374,6 +401,16 @@ def plan_hopper(kernel: str, name, *, bm=None, persistent: bool = False, cluster
                                                                    map_a, map_b, p.c),
                        smem=smem, persistent=persistent, cluster=cluster)]
     return plan
+
+
+def plan_v8(p: Problem, c) -> list[Launch]:
+    """v8: v7's launch with the map of C in place of C, and room for two staging tiles; v7 itself where TMA cannot
+    write C, v3's element-wise kernel where it cannot read A and B."""
+    (ln,) = plan_hopper("hgemm_v7_multicast", v7_name, bm=128, persistent=True, cluster=CLUSTER)(p, c)
+    if is_fallback(ln) or not tma_store_ok(p):
+        return [dataclasses.replace(ln, source=ln.source or V7_SOURCE)]
+    return [dataclasses.replace(ln, kernel=v8_name(c), args=(*ln.args[:5], c_tensor_map(p)),
+                                smem=ln.smem + 2 * C_CHUNK_BYTES)]
 
 
 def is_fallback(launch: Launch) -> bool:
@@ -421,6 +458,10 @@ HGEMM = Registry("hgemm", problem, [
             "both; the empty barriers count both CTAs' consumers",
             V7_SOURCE, plan_hopper("hgemm_v7_multicast", v7_name, bm=128, persistent=True, cluster=CLUSTER),
             parent="v6_persistent", snippet="hgemm_v7", **fixed(V7_CONFIG)),
+    Version("hgemm_v8_tma_store",
+            "v7 with the epilogue through a 128-byte swizzled staging tile per warpgroup and TMA stores that clip "
+            "at C's edges; v7 where TMA cannot write C",
+            V8_SOURCE, plan_v8, parent="v7_multicast", snippet="hgemm_v8", **fixed(V8_CONFIG)),
 ])
 
 

@@ -87,6 +87,42 @@ __device__ __forceinline__ void store_wgmma_tile(const float (&acc)[BN / 2], bf1
 }
 // [[/snippet]]
 
+constexpr int C_CHUNK_BYTES = 64 * 64 * 2;    // v8: one consumer warpgroup's 64 x 64 staging tile of C
+
+// [[snippet: wgmma_store_tma]]
+// v8's epilogue of one warpgroup's 64 x BN accumulators (rows m0 .., columns n0 ..), 64 columns at a time
+// through `staging` ([64][64] bf16, 1024-byte aligned, 128-byte swizzled as the TMA map of C says): wait until
+// the previous chunk's store has read the buffer, write the chunk (each thread its bf16x2 pairs, at the
+// swizzled address), make the writes visible to the async proxy, and let `signals` (one thread of the
+// warpgroup) issue the store. TMA clips the box at C's edges.
+template <int BN>
+__device__ __forceinline__ void store_wgmma_tile_tma(const float (&acc)[BN / 2], bf16* staging, const TmaDescriptor* map_c,
+                                                     int m0, int n0, bool signals) {
+    const int lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4, g = lane >> 2, t = lane & 3;
+    unsigned char* base = reinterpret_cast<unsigned char*>(staging);
+#pragma unroll
+    for (int chunk = 0; chunk < BN / 64; ++chunk) {
+        if (signals) tma_store_wait_read<0>();
+        warpgroup_sync();                             // the buffer is free for every thread of the warpgroup
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int jj = 8 * chunk + j, row = 16 * w + g + 8 * h;
+                const unsigned byte = row * 128 + (8 * j + 2 * t) * 2;
+                *reinterpret_cast<__nv_bfloat162*>(base + (byte ^ (((byte >> 7) & 7) << 4))) =
+                    __floats2bfloat162_rn(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
+            }
+        fence_proxy_async_smem();                     // these generic-proxy writes before TMA's reads
+        warpgroup_sync();
+        if (signals) {
+            tma_store_2d(map_c, n0 + 64 * chunk, m0, staging);
+            tma_store_commit();
+        }
+    }
+}
+// [[/snippet]]
+
 // The dynamic shared-memory buffer rounded up to the swizzle atom (the launch asks for SW128_ATOM extra bytes).
 __device__ __forceinline__ unsigned char* atom_aligned(unsigned char* raw) {
     return raw + (SW128_ATOM - smem_addr(raw) % SW128_ATOM) % SW128_ATOM;

@@ -71,6 +71,16 @@ __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, int col, 
                  : "memory");
 }
 
+// Close this thread's bulk group of TMA stores.
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until at most N of this thread's store groups still read shared memory (the buffer may be rewritten).
+template <int N>
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+// Wait until this thread's store groups are complete (written to global memory).
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 // Wait until every store this thread committed has finished reading shared memory.
 __device__ __forceinline__ void tma_store_commit_and_wait_read() {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");

@@ -22,6 +22,11 @@ __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
 
+// A barrier of this thread's warpgroup only (named barrier 1 + warpgroup index; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_sync() {
+    asm volatile("bar.sync %0, 128;\n" :: "r"(1 + threadIdx.x / 128) : "memory");
+}
+
 // Hand registers back (a producer warpgroup that only issues TMA) or take them (the consumers), per thread,
 // for the whole warpgroup; REGS a multiple of 8 in [24, 256].
 template <int REGS>

@@ -137,3 +137,24 @@ inline void mbarrier_wait(unsigned long long* bar, unsigned phase) {
     while (!mbarrier_try_wait(bar, phase)) {
     }
 }
+
+// TMA stores: done at the issue (the emulation has no copy engine running behind the thread), clipped at the
+// tensor's edges, reading the box from shared memory through the same swizzle as a load.
+inline void tma_store_2d(const TmaDescriptor* map, int col, int row, const void* src) {
+    const TmaDescriptor& m = *map;
+    const int row_bytes_smem = m.box_cols * m.elem_bytes;
+    if (m.swizzle == 128 && row_bytes_smem != 128) emu_fail("TMA store: 128-byte box rows expected with the swizzle", src);
+    const unsigned base = smem_addr(src);
+    if (m.swizzle == 128 && base % 1024) emu_fail("TMA store: a 128-byte swizzled box must start 1024-byte aligned", src);
+    unsigned char* out = const_cast<unsigned char*>(m.base);
+    for (int r = 0; r < m.box_rows; ++r)
+        for (int e = 0; e < m.box_cols; ++e) {
+            const long long gr = row + r, gc = col + e;
+            if (gr < 0 || gr >= m.rows || gc < 0 || gc >= m.cols) continue;
+            const unsigned off = emu_swizzle(base + r * row_bytes_smem + e * m.elem_bytes, m.swizzle);
+            std::memcpy(out + gr * m.row_bytes + gc * m.elem_bytes, emu_smem_at(off), m.elem_bytes);
+        }
+}
+inline void tma_store_commit() {}
+template <int N> inline void tma_store_wait_read() {}
+inline void tma_store_wait_all() {}

@@ -67,6 +67,11 @@ inline void wgmma_wait() {
     emu_warpgroup->arrive_and_wait();
 }
 
+inline void warpgroup_sync() {
+    if (emu_warpgroup == nullptr) emu_fail("warpgroup_sync outside a launch with warpgroups", nullptr);
+    emu_warpgroup->arrive_and_wait();
+}
+
 template <int REGS> inline void setmaxnreg_dec() {}
 template <int REGS> inline void setmaxnreg_inc() {}
 
