@@ -127,3 +127,16 @@ def test_a_swizzle_permutes_and_keeps_blocks_whole():
     assert all(sw(o) - sw(o - o % 8) == o % 8 for o in range(512))
     with pytest.raises(ValueError, match="S >= B"):
         Swizzle(3, 3, 2)
+
+
+@pytest.mark.parametrize("n", [128, 256])
+def test_cutes_wgmma_accumulator_layout_is_the_one_our_epilogues_read(n):
+    """CLayout_64xN of CUTLASS v4.7.0 (include/cute/atom/mma_traits_sm90_gmma.hpp): ((4,8,4),(2,2,N/8)) :
+    ((128,1,16),(64,8,512)) into the 64 x N tile, column-major; thread t = t0 + 4 t1 + 32 w."""
+    from kernels.hgemm import hopper
+    c = tv_layout(Layout((4, 8, 4), (128, 1, 16)), Layout((2, 2, n // 8), (64, 8, 512)))
+    ours = hopper.wgmma_accumulator_layout(n)
+    for tid in range(128):
+        for v in range(n // 2):
+            idx = c((idx2crd(tid, (4, 8, 4)), idx2crd(v, (2, 2, n // 8))))
+            assert (idx % 64, idx // 64) == tuple(ours[tid, v]), (tid, v)

@@ -114,3 +114,17 @@ def plot_swizzle(ax=None):
     ax.set_title("128-byte swizzle: which logical chunk sits where (chunk c of row r -> c xor r)")
     ax.grid(False)
     return fig
+
+
+def wgmma_accumulator_layout(n: int) -> np.ndarray:
+    """(128, n / 2, 2): the (row, col) of the 64 x n tile each thread of a warpgroup holds in d[0 .. n/2), as
+    store_wgmma_tile (hopper_common.cuh) and the CPU emulation read it: warp w rows 16 w .., and in each n8 block j
+    d[4 j .. 4 j + 3] at rows g, g + 8 and columns 8 j + 2 t, + 1."""
+    out = np.empty((128, n // 2, 2), dtype=np.int64)
+    for tid in range(128):
+        w, lane = tid // 32, tid % 32
+        g, t = lane // 4, lane % 4
+        for j in range(n // 8):
+            for i in range(4):
+                out[tid, 4 * j + i] = (16 * w + g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1))
+    return out
