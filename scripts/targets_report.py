@@ -106,8 +106,38 @@ def ch09(E):
     return out
 
 
+def gemm_ratios(E, op, dtype, peer, labels, shapes):
+    """metric(label) / metric(peer) on each shape, where both were recorded in the run."""
+    out = {}
+    for label in labels:
+        for shape in shapes:
+            ours, ref = metric(E, op, label, dtype, shape), metric(E, op, peer, dtype, shape)
+            if ours is not None and ref is not None:
+                out[f"{label} {'x'.join(map(str, shape))} / {peer}"] = ours / ref
+    return out
+
+
+def ch10(E):
+    s = (2048, 2048, 2048)
+    return {f"{peer} / {label} 2048^3": metric(E, "sgemm", peer, "float32", s) / metric(E, "sgemm", label, "float32", s)
+            for label in ("v0_uncoalesced", "v1_coalesced") for peer in ("cupy.matmul",)}
+
+
+def ch11(E):
+    return gemm_ratios(E, "sgemm", "float32", "cupy.matmul", ["v9_tuned"],
+                       [(4096, 4096, 4096), (8192, 12288, 4096), (8192, 11008, 4096)])
+
+
+def ch12(E):
+    labels = ["v3_pipeline", "v4_wgmma", "v5_warp_specialized", "v6_persistent", "v7_multicast", "v8_tma_store"]
+    out = gemm_ratios(E, "hgemm", "bfloat16", "cupy.matmul", labels, [(4096, 4096, 4096), (8192, 8192, 8192)])
+    out.update(gemm_ratios(E, "hgemm", "bfloat16", "cupy.matmul", labels, [(4095, 4097, 4095)]))
+    return out
+
+
 CHAPTERS = {"02-hopper-architecture": ch02, "04-memory-hierarchy": ch04, "05-reduction": ch05,
-            "06-online-softmax": ch06, "07-layernorm": ch07, "08-fusion": ch08, "09-quantization": ch09}
+            "06-online-softmax": ch06, "07-layernorm": ch07, "08-fusion": ch08, "09-quantization": ch09,
+            "10-naive-gemm": ch10, "11-tiled-gemm": ch11, "12-tensor-core": ch12}
 
 
 def report(rev: str | None) -> dict[str, float]:
@@ -115,6 +145,8 @@ def report(rev: str | None) -> dict[str, float]:
     for nb, fn in CHAPTERS.items():
         try:
             out.update({f"ch{nb[:2]} {k}": v for k, v in fn(load(nb, rev)).items()})
+        except FileNotFoundError:
+            continue                      # not run on this GPU yet
         except (StopIteration, ValueError, KeyError, TypeError, subprocess.CalledProcessError) as e:
             out[f"ch{nb[:2]} (unreadable: {type(e).__name__})"] = float("nan")
     return out
