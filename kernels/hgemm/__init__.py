@@ -346,18 +346,22 @@ def tma_ok(p: Problem) -> bool:
             and aligned(p.b, TMA_SWIZZLED_ALIGN))
 
 
-def tensor_maps(p: Problem, bm: int):
-    """The TMA descriptors of A (boxes of bm x 64) and B (boxes of 64 x 64), both with the 128-byte swizzle and
-    zero fill outside the matrix: each a ``TensorMap.arg`` on a GPU host. Without a GPU (a CPU plan) the maps
-    cannot be encoded; the plan then carries each map's validated ``TiledSpec`` instead."""
+def operand_map(x, shape, box):
+    """A TMA descriptor over the row-major bf16 matrix ``x`` of ``shape``, in ``box``es, with the 128-byte swizzle
+    and zero fill outside the matrix: a ``TensorMap.arg`` on a GPU host. Without a GPU (a CPU plan) a map cannot
+    be encoded, and the plan carries the map's validated ``TiledSpec`` instead; None without an array."""
     from utils.gpu import has_gpu
     from utils.tma import tensor_map, tiled_spec
-    if p.a is None:
-        return None, None
+    if x is None:
+        return None
     if not has_gpu():
-        return (tiled_spec(span(p.a)[0], (p.M, p.K), (2 * p.K, 2), bf16(), (bm, HOPPER_BK), swizzle=128),
-                tiled_spec(span(p.b)[0], (p.K, p.N), (2 * p.N, 2), bf16(), (HOPPER_BK, 64), swizzle=128))
-    return (tensor_map(p.a, (bm, HOPPER_BK), swizzle=128).arg, tensor_map(p.b, (HOPPER_BK, 64), swizzle=128).arg)
+        return tiled_spec(span(x)[0], shape, (2 * shape[1], 2), bf16(), box, swizzle=128)
+    return tensor_map(x, box, swizzle=128).arg
+
+
+def tensor_maps(p: Problem, bm: int):
+    """The maps of A (boxes of bm x 64) and B (boxes of 64 x 64)."""
+    return operand_map(p.a, (p.M, p.K), (bm, HOPPER_BK)), operand_map(p.b, (p.K, p.N), (HOPPER_BK, 64))
 
 
 def tma_store_ok(p: Problem) -> bool:
@@ -366,14 +370,8 @@ def tma_store_ok(p: Problem) -> bool:
 
 
 def c_tensor_map(p: Problem):
-    """v8's TMA map of C: boxes of 64 x 64, 128-byte swizzle (a TiledSpec without a GPU, as tensor_maps)."""
-    from utils.gpu import has_gpu
-    from utils.tma import tensor_map, tiled_spec
-    if p.c is None:
-        return None
-    if not has_gpu():
-        return tiled_spec(span(p.c)[0], (p.M, p.N), (2 * p.N, 2), bf16(), (64, 64), swizzle=128)
-    return tensor_map(p.c, (64, 64), swizzle=128).arg
+    """v8's map of C: boxes of 64 x 64."""
+    return operand_map(p.c, (p.M, p.N), (64, 64))
 
 
 def fallback(p: Problem) -> list[Launch]:
