@@ -1,4 +1,4 @@
-"""bf16 GEMM, chapter 12: op ``hgemm``, tensor cores the Ampere way (v0-v3; the Hopper way follows).
+"""bf16 GEMM, chapter 12: op ``hgemm``, tensor cores the Ampere way (v0-v3) and the Hopper way (v4-v8).
 
 ``C = A @ B`` for row-major, C-contiguous bfloat16 matrices ``A [M, K]``, ``B [K, N]`` and ``C [M, N]`` on the
 GPU, any ``M, N, K >= 1``, accumulated in float32 and rounded to bf16 once, in the epilogue (what cuBLAS's
@@ -25,8 +25,9 @@ and the Hopper way (sm_90a), sharing ``hopper_common.cuh``:
 
 v0-v3 each come in two instances: VEC (16-byte loads, K and N multiples of 8, A and B 16-byte aligned, C
 4-byte aligned) and one that loads element by element for every other shape (:func:`vec_ok` picks). TMA needs
-16-byte aligned rows too: where they are not, v4-v6 hand the problem to v3's element-wise instance (the plan
-says so in its launch), as libraries fall back to a slower kernel. Importing this package never needs a GPU.
+rows a multiple of 16 bytes and 128-byte aligned bases: where A or B do not have them, v4-v8 hand the problem to
+v3 (the plan's launch names v3's kernel and source), as libraries fall back to a slower kernel; where only C
+does not, v8 runs v7. Importing this package never needs a GPU.
 """
 from __future__ import annotations
 
