@@ -36,7 +36,8 @@ def cases(op: str):
     if op == "hgemm":
         from kernels.hgemm import HGEMM, reference
         from kernels.hgemm.ladders import make
-        return HGEMM, [(s, lambda s=s: make(s, np.dtype("float32"), np.random.default_rng(sum(s))), reference,
+        from utils.arrays import bf16
+        return HGEMM, [(s, lambda s=s: make(s, bf16(), np.random.default_rng(sum(s))), reference,
                         "bfloat16") for s in SHAPES[op]]
     if op == "sgemm":
         from kernels.sgemm import SGEMM, reference

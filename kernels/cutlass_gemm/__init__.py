@@ -77,14 +77,13 @@ def gemm(a, b, c):
     The arrays are validated as for hgemm; K and N must be multiples of 8."""
     import cupy
 
-    from kernels.hgemm import problem
+    from kernels.hgemm import problem, span
     from utils.gpu import require
     require("wgmma")
     p = problem(a, b, c)
     if p.K % 8 or p.N % 8:
         raise ValueError(f"K = {p.K}, N = {p.N}: {STATUS[1]}")
-    ptr = lambda x: int(x.__cuda_array_interface__["data"][0])   # noqa: E731
-    rc = entry()(p.M, p.N, p.K, ptr(a), ptr(b), ptr(c), int(cupy.cuda.get_current_stream().ptr))
+    rc = entry()(p.M, p.N, p.K, span(a)[0], span(b)[0], span(c)[0], int(cupy.cuda.get_current_stream().ptr))
     if rc:
         raise RuntimeError(f"{ENTRY}: {STATUS.get(rc, f'status {rc}')}")
     return c

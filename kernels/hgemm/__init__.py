@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels.sgemm import tile_name as instance  # a name expression: kernel<arg, arg, ...>
 from utils.arrays import bf16, ceil_div
 from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
@@ -153,11 +154,6 @@ V3_CONFIGS = tuple(Pipe(*c) for c in (
 ))
 V3_DEFAULT = V3_CONFIGS[2]
 BOTH = (True, False)
-
-
-def instance(kernel: str, *args) -> str:
-    """A name expression: ``hgemm_v1_mma<128, 128, 32, 64, 32, true>``."""
-    return f"{kernel}<{', '.join(str(a).lower() if isinstance(a, bool) else str(a) for a in args)}>"
 
 
 def v0_name(t: Tile, vec: bool) -> str:
