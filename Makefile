@@ -126,6 +126,9 @@ wheelhouse:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version $(GPU_PY) --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  --platform any -d $(WHEELS) -r requirements-gpu-host.txt
+	# CUTLASS/CuTe headers for chapter 13's nvcc build: the wheel alone (its Python needs are not used, and
+	# its cuda-python would shadow the host's cuda-bindings)
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: -d $(WHEELS) $(shell grep '^nvidia-cutlass==' requirements.txt)
 	@ls $(WHEELS) | wc -l | xargs echo "wheels in $(WHEELS):"; du -sh $(WHEELS)
 
 gpu-install:

@@ -54,6 +54,19 @@ else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 
+# NVRTC reads CUDA's headers from the runtime wheel's include dir (utils.build.cuda_include_dirs). A host
+# whose image lacks the nvidia-cuda-crt wheel has no crt/ there, and WMMA's <mma.h> includes crt/mma.h:
+# fill it from the host's own toolkit (requirements.txt installs that wheel on a reader's machine).
+python3 - <<'PY' || echo "warning: could not check CUDA's crt/ headers" >&2
+import os, shutil
+from utils.build import cuda_include_dirs
+dirs = cuda_include_dirs()
+toolkit = "/usr/local/cuda/include/crt"
+if dirs and not any(os.path.exists(os.path.join(d, "crt", "mma.h")) for d in dirs) and os.path.isdir(toolkit):
+    shutil.copytree(toolkit, os.path.join(dirs[0], "crt"), dirs_exist_ok=True)
+    print(f"copied {toolkit} into {dirs[0]} (the runtime wheel lacks crt/)")
+PY
+
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 - <<'PY'

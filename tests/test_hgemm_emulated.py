@@ -3,17 +3,20 @@ thread per CUDA thread, real block and warp barriers; mma.sync, ldmatrix and WMM
 from each lane's registers as the PTX ISA lays them out; cp.async landing only at its wait). A generated
 driver launches every instantiated config as its version's plan says, on tails, the 16-byte and element-wise
 paths and misaligned pointers, with C poisoned (bf16 NaN), NaN past the ends of A and B and a poisoned guard
-past C, against a float64 reference of the bf16 inputs. tests/gpu/test_hgemm.py is the real thing. Skipped
+past C, against a float64 reference of the bf16 inputs; where a Hopper plan copies A and B into padded
+workspaces (pack.cu), those start NaN-filled. tests/gpu/test_hgemm.py is the real thing. Skipped
 without g++ (C++20)."""
 import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from kernels import hgemm as H
 from tests.fakes import FakeDeviceArray
 from utils.arrays import bf16
+from utils.version import Workspace
 from utils.paths import KERNELS
 
 EMU = KERNELS.parent / "tests" / "emu"
@@ -35,6 +38,7 @@ DRIVER_HEAD = r"""
 #include "cluster_sm90.cuh"
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -121,17 +125,42 @@ def array_of(address: int) -> str:
     return next(name for base, name in BASES.items() if base <= address < base + (1 << 36))
 
 
-def launch_args(ln, M, N, K) -> str:
-    """M, N, K, then A, B, C as the plan passes them: pointers (v0-v3) or TMA maps (v4 on: the maps of A and B
-    and the pointer to C; v8: the three maps), each map over the driver's array it was made for."""
-    rest = []
-    for arg in ln.args[3:]:
-        if hasattr(arg, "box"):
-            rest.append(tensor_map(arg, array_of(arg.address)))
+def launch_args(ln, workspaces: dict) -> str:
+    """The plan's arguments in C++: integers, TMA maps (v4 on: the maps of A and B and the pointer to C; v8: the
+    three maps), each map over the driver's array it was made for, the driver's arrays by name, and the
+    fallback's workspaces by the names :func:`launch_lines` gives them."""
+    out = []
+    for arg in ln.args:
+        if isinstance(arg, np.integer):
+            out.append(str(int(arg)))
+        elif isinstance(arg, Workspace):
+            out.append(workspaces[id(arg)])
+        elif hasattr(arg, "box"):
+            out.append(tensor_map(arg, array_of(arg.address)))
         else:
             name = array_of(arg.__cuda_array_interface__["data"][0])
-            rest.append(name if name == "c" else f"(const __nv_bfloat16*){name}")
-    return f"{M}, {N}, {K}, " + ", ".join(rest)
+            out.append(name if name == "c" else f"(const __nv_bfloat16*){name}")
+    return ", ".join(out)
+
+
+def launch_lines(launches) -> str:
+    """The body of a case's lambda: the plan's workspaces (NaN-filled, as a GPU's are uninitialised) and its
+    launches in order, a persistent grid lowered to a few blocks (clusters: a few clusters)."""
+    workspaces, body = {}, []
+    for ln in launches:
+        for arg in ln.args:
+            if isinstance(arg, Workspace) and id(arg) not in workspaces:
+                name = workspaces[id(arg)] = f"w{len(workspaces)}"
+                n = int(np.prod(arg.shape))
+                body.append(f"std::vector<uint4> {name}_v(({n} + 7) / 8); __nv_bfloat16* {name} = "
+                            f"(__nv_bfloat16*){name}_v.data(); std::fill_n({name}, {n}, __nv_bfloat16{{0x7fc0}});")
+        grid = ln.grid
+        if ln.persistent:
+            grid = (min(ln.grid[0], PERSISTENT_BLOCKS * ln.cluster), 1, 1)
+        launcher = "emu_launch" if ln.cluster == 1 else f"emu_launch_cluster<{ln.cluster}>"
+        body.append(f"{launcher}({ln.kernel}, dim3e{{{', '.join(map(str, grid))}}}, "
+                    f"dim3e{{{', '.join(map(str, ln.block))}}}, {launch_args(ln, workspaces)});")
+    return " ".join(body)
 
 
 def driver(versions=None) -> tuple[str, int]:
@@ -141,20 +170,14 @@ def driver(versions=None) -> tuple[str, int]:
         for config in v.all_configs():
             for shape, offs in CASES:
                 p = v.validate(*problem_at(shape, offs))
-                (ln,) = v.launches(p, config)
-                if ln.source is not None:
-                    files.append(ln.source.file.split("/")[-1])
-                grid = (min(ln.grid[0], PERSISTENT_BLOCKS), 1, 1) if ln.persistent else ln.grid
-                what = f"{v.label} {ln.kernel} {'x'.join(map(str, shape))} offsets {offs}"
+                launches = v.launches(p, config)
+                files += [ln.source.file.split("/")[-1] for ln in launches if ln.source is not None]
+                kernels = " + ".join(ln.kernel for ln in launches)
+                what = f"{v.label} {kernels} {'x'.join(map(str, shape))} offsets {offs}"
                 M, N, K = shape
-                if ln.persistent and ln.cluster > 1:
-                    grid = (min(ln.grid[0], PERSISTENT_BLOCKS * ln.cluster), 1, 1)
-                launcher = "emu_launch" if ln.cluster == 1 else f"emu_launch_cluster<{ln.cluster}>"
                 lines.append(
                     f'    check("{what}", {M}, {N}, {K}, {offs[0]}, {offs[1]}, {offs[2]}, '
-                    f'[&](__nv_bfloat16* a, __nv_bfloat16* b, __nv_bfloat16* c) {{ {launcher}({ln.kernel}, '
-                    f'dim3e{{{", ".join(map(str, grid))}}}, dim3e{{{", ".join(map(str, ln.block))}}}, '
-                    f'{launch_args(ln, M, N, K)}); }});')
+                    f'[&](__nv_bfloat16* a, __nv_bfloat16* b, __nv_bfloat16* c) {{ {launch_lines(launches)} }});')
     includes = "\n".join(f'#include "{f}"' for f in dict.fromkeys(files))
     return DRIVER_HEAD % {"includes": includes, "tol": TOL} + "\n".join(lines) + DRIVER_TAIL, len(lines)
 
@@ -233,6 +256,12 @@ MUTANTS = {
     "staging tile unswizzled": ("hopper_common.cuh", "v8_tma_store",
                                 [("*reinterpret_cast<__nv_bfloat162*>(base + (byte ^ (((byte >> 7) & 7) << 4))) =",
                                   "*reinterpret_cast<__nv_bfloat162*>(base + byte) =")]),
+    # the fallback's copy of B leaves the padding rows below K as they were (NaN here, garbage on a GPU)
+    "pack without the zero rows": ("pack.cu", "v4_wgmma",
+                                   [("const unsigned lo = r < rows && c < cols ?", "const unsigned lo = c < cols ?"),
+                                    ("const unsigned hi = r < rows && c + 1 < cols ?", "const unsigned hi = c + 1 < cols ?")]),
+    # the copy of C back out writes the padding columns too
+    "unpack past N": ("pack.cu", "v4_wgmma", [("if (c + 1 < cols) dst[", "if (c + 1 < src_cols) dst[")]),
 }
 MUTANT_TIMEOUT_S = 120
 

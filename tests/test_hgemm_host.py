@@ -90,21 +90,36 @@ def test_hopper_plans_launch_one_block_per_tile_with_tma_maps_of_the_operands(la
 def test_v8_runs_v7_where_tma_cannot_write_c():
     v = H.HGEMM["v8_tma_store"]
     for shape, offs in [((64, 64, 64), (0, 0, 8)), ((64, 64, 64), (0, 0, 2))]:
-        (ln,) = v.launches(v.validate(*arrays(*shape, offs=offs)))
-        assert ln.kernel == H.v7_name(H.V7_CONFIG) and ln.source is H.V7_SOURCE and not H.is_fallback(ln)
-    (ln,) = v.launches(v.validate(*arrays(64, 60, 64)))
-    assert H.is_fallback(ln)
+        launches = v.launches(v.validate(*arrays(*shape, offs=offs)))
+        assert not H.is_fallback(launches)
+        (ln,) = launches
+        assert ln.kernel == H.v7_name(H.V7_CONFIG) and ln.source is H.V7_SOURCE
+    assert H.is_fallback(v.launches(v.validate(*arrays(64, 60, 64))))
 
 
 @pytest.mark.parametrize("label", HOPPER)
 @pytest.mark.parametrize("shape,offs", [((37, 199, 1823), (0, 0, 0)), ((64, 64, 60), (0, 0, 0)),
                                         ((64, 64, 64), (4, 0, 0)), ((64, 64, 64), (0, 8, 0)),
                                         ((4095, 4097, 4095), (0, 0, 0))])
-def test_hopper_plans_hand_what_tma_cannot_read_to_v3(label, shape, offs):
+def test_hopper_plans_pack_what_tma_cannot_read(label, shape, offs):
+    from utils.version import Workspace
     v = H.HGEMM[label]
-    p = v.validate(*arrays(*shape, offs=offs))
-    (ln,) = v.launches(p)
-    assert H.is_fallback(ln) and ln.source is H.V3_SOURCE and ln.kernel == H.v3_name(H.V3_DEFAULT, H.vec_ok(p))
+    a, b, c = arrays(*shape, offs=offs)
+    M, N, K = shape
+    K8, N8 = -(-K // 8) * 8, -(-N // 8) * 8
+    launches = v.launches(v.validate(a, b, c))
+    assert H.is_fallback(launches)
+    pack_a, pack_b, gemm, unpack = launches
+    assert [ln.kernel for ln in (pack_a, pack_b, unpack)] == ["hgemm_pack", "hgemm_pack", "hgemm_unpack"]
+    wa, wb, wc = gemm.args[3:]
+    assert all(isinstance(w, Workspace) for w in (wa, wb, wc))
+    assert (wa.shape, wb.shape, wc.shape) == ((M, K8), (K8, N8), (M, N8))
+    # A [M, K] into wa [M, K8]; B [K, N] into wb [K8, N8], the rows below K zero; C's first N columns out of wc
+    assert pack_a.args[0] is a and pack_a.args[3] is wa and [int(x) for x in pack_a.args[1:3] + pack_a.args[4:]] == [M, K, M, K8]
+    assert pack_b.args[0] is b and pack_b.args[3] is wb and [int(x) for x in pack_b.args[1:3] + pack_b.args[4:]] == [K, N, K8, N8]
+    assert unpack.args[0] is wc and unpack.args[2] is c and [int(x) for x in (unpack.args[1], *unpack.args[3:])] == [N8, M, N]
+    assert gemm.source is H.V3_SOURCE and gemm.kernel == H.v3_name(H.V3_DEFAULT, True)
+    assert [int(x) for x in gemm.args[:3]] == [M, N8, K8]
 
 
 def test_hopper_configs_are_checked():
@@ -265,7 +280,7 @@ def test_resources_come_from_the_ptxas_report_of_the_instance_the_plan_picks():
     comp = compile_source(v.source)
     assert r["kernel"] == H.v3_name(H.V3_DEFAULT, True)
     assert r["registers"] == comp.report[comp.symbols[r["kernel"]]]["registers"]
-    assert r["smem_kib"] == H.smem_bytes(H.V3_DEFAULT) / 1024 and r["blocks"] >= 1 and r["warps"] == 8 * r["blocks"]
+    assert r["smem_kib"] == H.smem_bytes(H.V3_DEFAULT) / 1024 and r["blocks"] >= 1 and r["warps"] == H.threads_of(H.V3_DEFAULT) // 32 * r["blocks"]
     assert "v3_pipeline" in str(ladders.resources_table([v], facts=facts("H200")))
 
 
@@ -327,3 +342,22 @@ def test_the_register_split_is_the_kernels_and_fits_the_register_file():
     assert m and (int(m[1]), int(m[2])) == (H.PRODUCER_REGS, H.CONSUMER_REGS)
     assert 128 * H.PRODUCER_REGS + 256 * H.CONSUMER_REGS <= 65536
     assert H.PRODUCER_REGS % 8 == 0 and H.CONSUMER_REGS % 8 == 0 and 24 <= H.PRODUCER_REGS < H.CONSUMER_REGS <= 256
+
+
+def test_against_prediction_names_where_a_ratio_lies():
+    from kernels.hgemm.ladders import against_prediction
+    assert [against_prediction(x, 0.97, 1.15) for x in (0.5, 0.97, 1.0, 1.15, 1.2)] == \
+        ["低于预测", "落在预测之内", "落在预测之内", "落在预测之内", "高于预测"]
+
+
+def test_the_release_cluster_variant_differs_from_v7_only_in_its_define():
+    from kernels.hgemm import ladders
+    from utils.build import compile_source
+    v7, variant = H.HGEMM["v7_multicast"], ladders.release_cluster_variant()
+    assert variant.source.defines == (ladders.RELEASE_CLUSTER_DEFINE,) and not v7.source.defines
+    assert (variant.source.file, variant.source.name_expressions, variant.plan) == \
+        (v7.source.file, v7.source.name_expressions, v7.plan)
+    # the define reaches the header: the two builds' PTX differ exactly in the arrive's spelling
+    ptx = [compile_source(s).ptx for s in (v7.source, variant.source)]
+    assert "mbarrier.arrive.release.cluster.shared::cluster" not in ptx[0]
+    assert "mbarrier.arrive.release.cluster.shared::cluster" in ptx[1]

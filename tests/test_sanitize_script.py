@@ -25,6 +25,10 @@ def fake_sanitizer(tmp_path, text: str, rc: int):
 
 @pytest.mark.parametrize("text,rc,passed,errors", [("========= ERROR SUMMARY: 0 errors", 0, True, 0),
                                                    ("========= ERROR SUMMARY: 3 errors", 86, False, 3),
+                                                   ("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)",
+                                                    0, True, 0),
+                                                   ("========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)",
+                                                    86, False, 2),
                                                    ("Device not supported", 1, False, None)])
 def test_a_tool_passes_only_with_exit_0_and_no_errors(tmp_path, text, rc, passed, errors):
     if os.name != "posix":

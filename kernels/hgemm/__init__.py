@@ -25,9 +25,9 @@ and the Hopper way (sm_90a), sharing ``hopper_common.cuh``:
 
 v0-v3 each come in two instances: VEC (16-byte loads, K and N multiples of 8, A and B 16-byte aligned, C
 4-byte aligned) and one that loads element by element for every other shape (:func:`vec_ok` picks). TMA needs
-rows a multiple of 16 bytes and 128-byte aligned bases: where A or B do not have them, v4-v8 hand the problem to
-v3 (the plan's launch names v3's kernel and source), as libraries fall back to a slower kernel; where only C
-does not, v8 runs v7. Importing this package never needs a GPU.
+rows a multiple of 16 bytes and 128-byte aligned bases: where A or B do not have them, v4-v8 copy A and B into
+zero-padded workspaces (``pack.cu``), run v3's 16-byte instance on those and copy C back out (:func:`fallback`);
+where only C does not, v8 runs v7. Importing this package never needs a GPU.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from kernels.sgemm import tile_name as instance  # a name expression: kernel<arg
 from utils.arrays import bf16, ceil_div
 from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
-from utils.version import Launch, Registry, Unsupported, Version, config_type
+from utils.version import Launch, Registry, Unsupported, Version, Workspace, config_type
 
 INDEX_LIMIT = 2**31          # every matrix has fewer elements than this (32-bit offsets in the kernels)
 MAX_GRID = 2**31 - 1         # grid x (v3's one-dimensional grid)
@@ -143,7 +143,8 @@ V1_TILE = Tile(128, 128, 32, 64, 32)        # 8 warps of 4 x 4 m16n8 tiles: 64 a
 V2_TILE = V1_TILE
 # v3's space. The first is v2's tiles with 4 stages: what the pipeline alone is worth. Then bigger warp
 # tiles (more mma per ldmatrix byte), a 128 x 256 block (more reuse per byte from L2) and BK = 64 (half the
-# barriers per FLOP). Each needs at most 163 KiB of shared memory, so it runs on an A100 too.
+# barriers per FLOP), alone and in a big block (CUTLASS's default for sm80 bf16: 256 x 128 x 64, 3 stages).
+# Each needs at most 163 KiB of shared memory, so it runs on an A100 too.
 V3_CONFIGS = tuple(Pipe(*c) for c in (
     (128, 128, 32, 64, 32, 4, 8),
     (128, 128, 32, 64, 64, 4, 8),
@@ -151,8 +152,9 @@ V3_CONFIGS = tuple(Pipe(*c) for c in (
     (128, 256, 32, 64, 64, 4, 8),
     (256, 128, 32, 64, 64, 3, 8),
     (128, 128, 64, 64, 64, 3, 8),
+    (256, 128, 64, 64, 64, 3, 8),
 ))
-V3_DEFAULT = V3_CONFIGS[2]
+V3_DEFAULT = V3_CONFIGS[1]       # the fastest on the H200 over 4096^3 and 8192^3 (chapter 12's sweep)
 BOTH = (True, False)
 
 
@@ -371,16 +373,35 @@ def c_tensor_map(p: Problem):
     return operand_map(p.c, (p.M, p.N), (64, 64))
 
 
+PACK_SOURCE = KernelSource("hgemm/pack.cu")
+PACK_THREADS = 256
+PACK_MAX_BLOCKS = 8192           # the copies stride over their element pairs; this many blocks fill any GPU
+
+
+def pack_launch(kernel: str, args: tuple, pairs: int) -> Launch:
+    blocks = max(1, min(PACK_MAX_BLOCKS, ceil_div(pairs, PACK_THREADS)))
+    return Launch(kernel, (blocks, 1, 1), (PACK_THREADS, 1, 1), args, source=PACK_SOURCE)
+
+
 def fallback(p: Problem) -> list[Launch]:
-    """Where TMA cannot read the operands: v3's default config, element-wise instance (its own source)."""
-    (ln,) = plan_v3(p, V3_DEFAULT)
-    return [dataclasses.replace(ln, source=V3_SOURCE)]
+    """Where TMA cannot read A and B (K or N not a multiple of 8, or a base not 128-byte aligned): copy A and B into
+    zero-padded workspaces whose rows are multiples of 8 elements, multiply those with v3's default config (its
+    16-byte instance) into a padded C, and copy C's first N columns out. A's zero columns meet B's zero rows, so
+    the padding adds nothing to the product."""
+    K8, N8 = 8 * ceil_div(p.K, 8), 8 * ceil_div(p.N, 8)
+    wa, wb, wc = Workspace((p.M, K8), bf16()), Workspace((K8, N8), bf16()), Workspace((p.M, N8), bf16())
+    (gemm,) = plan_v3(shape_problem(p.M, N8, K8), V3_DEFAULT)
+    i32 = np.int32
+    return [pack_launch("hgemm_pack", (p.a, i32(p.M), i32(p.K), wa, i32(p.M), i32(K8)), p.M * K8 // 2),
+            pack_launch("hgemm_pack", (p.b, i32(p.K), i32(p.N), wb, i32(K8), i32(N8)), K8 * N8 // 2),
+            dataclasses.replace(gemm, args=(*gemm.args[:3], wa, wb, wc), source=V3_SOURCE),
+            pack_launch("hgemm_unpack", (wc, i32(N8), p.c, i32(p.M), i32(p.N)), p.M * N8 // 2)]
 
 
 def plan_hopper(kernel: str, name, *, bm=None, persistent: bool = False, cluster: int = 1):
     """v4-v7: one block per tile (v6, v7: as many blocks as fit at once; v7: in clusters of two, one block per
     tile of a vertical pair, the pairs' barriers after the stages), 128 threads per warpgroup; TMA maps for A
-    and B; v3's element-wise instance where TMA cannot read A and B."""
+    and B; :func:`fallback` where TMA cannot read A and B."""
     def plan(p: Problem, c) -> list[Launch]:
         check_hopper(kernel, c, bm=bm)
         if not tma_ok(p):
@@ -400,17 +421,20 @@ def plan_hopper(kernel: str, name, *, bm=None, persistent: bool = False, cluster
 
 def plan_v8(p: Problem, c) -> list[Launch]:
     """v8: v7's launch with the map of C in place of C, and room for two staging tiles; v7 itself where TMA cannot
-    write C, v3's element-wise kernel where it cannot read A and B."""
-    (ln,) = plan_hopper("hgemm_v7_multicast", v7_name, bm=128, persistent=True, cluster=CLUSTER)(p, c)
-    if is_fallback(ln) or not tma_store_ok(p):
-        return [dataclasses.replace(ln, source=ln.source or V7_SOURCE)]
+    write C, :func:`fallback` where TMA cannot read A and B."""
+    launches = plan_hopper("hgemm_v7_multicast", v7_name, bm=128, persistent=True, cluster=CLUSTER)(p, c)
+    if is_fallback(launches):
+        return launches
+    (ln,) = launches
+    if not tma_store_ok(p):
+        return [dataclasses.replace(ln, source=V7_SOURCE)]
     return [dataclasses.replace(ln, kernel=v8_name(c), args=(*ln.args[:5], c_tensor_map(p)),
                                 smem=ln.smem + 2 * C_CHUNK_BYTES)]
 
 
-def is_fallback(launch: Launch) -> bool:
-    """Whether a Hopper version's plan handed the problem to v3's element-wise instance."""
-    return launch.kernel.startswith("hgemm_v3_pipeline<")
+def is_fallback(launches) -> bool:
+    """Whether a Hopper version's plan handed the problem to :func:`fallback` (packed copies and v3)."""
+    return any(ln.source is PACK_SOURCE for ln in launches)
 
 
 def fixed(config):
@@ -436,7 +460,7 @@ HGEMM = Registry("hgemm", problem, [
             configs=V3_CONFIGS, default=lambda p: V3_DEFAULT),
     Version("hgemm_v4_wgmma",
             "the Hopper way: one warpgroup of wgmma m64n128k16 on 128-byte swizzled stages that TMA fills, "
-            "counted by mbarriers; v3's element-wise kernel where TMA cannot read A and B",
+            "counted by mbarriers; padded copies and v3 where TMA cannot read A and B",
             V4_SOURCE, plan_hopper("hgemm_v4_wgmma", v4_name), parent="v3_pipeline", snippet="hgemm_v4",
             **fixed(V4_CONFIG)),
     Version("hgemm_v5_warp_specialized",

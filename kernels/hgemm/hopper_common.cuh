@@ -65,11 +65,13 @@ __device__ __forceinline__ void wgmma_stage(float (&acc)[BN / 2], const bf16* a_
 // [[snippet: wgmma_store]]
 // The epilogue of one warpgroup's 64 x BN accumulators (rows m0 .., columns n0 ..): thread (warp w, lane g, t)
 // holds, per n8 block j, rows 16 w + g and 16 w + g + 8 at columns 8 j + 2 t, + 1. Stored as bf16x2 where the
-// pair is inside C (N even: the pair's address is 4-byte aligned), one element at a time at the edge.
+// pair is inside C and 4-byte aligned (N even and C itself 4-byte aligned: TMA's alignment rules cover A
+// and B, not C), one element at a time at the edge or where C is only 2-byte aligned.
 template <int BN>
 __device__ __forceinline__ void store_wgmma_tile(const float (&acc)[BN / 2], bf16* __restrict__ C, int M, int N,
                                                  int m0, int n0) {
     const int lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4, g = lane >> 2, t = lane & 3;
+    const bool pairs = N % 2 == 0 && reinterpret_cast<size_t>(C) % 4 == 0;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
@@ -77,7 +79,7 @@ __device__ __forceinline__ void store_wgmma_tile(const float (&acc)[BN / 2], bf1
             const int row = m0 + 16 * w + g + 8 * h, col = n0 + 8 * j + 2 * t;
             if (row >= M) continue;
             const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-            if (col + 1 < N && N % 2 == 0) {
+            if (col + 1 < N && pairs) {
                 *reinterpret_cast<__nv_bfloat162*>(C + row * N + col) = __floats2bfloat162_rn(x, y);
             } else {
                 if (col < N) C[row * N + col] = __float2bfloat16(x);

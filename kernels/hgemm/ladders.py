@@ -8,13 +8,15 @@ data, DESIGN.md), and C poisoned with NaN before every checked run. The peers ar
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 
 from utils.ladder import Case, Ladder, shape_name
+from utils.version import Registry
 from utils.table import Table
 
-from . import HGEMM, PEAK_CHAINS, PEAK_SOURCE, V3_CONFIGS, flops, nbytes, reference
+from . import HGEMM, PEAK_CHAINS, PEAK_SOURCE, V3_CONFIGS, flops, nbytes, problem, reference
 
 PEERS = ("cupy.matmul", "torch.matmul")
 HIDDEN, MLP, TOKENS = 4096, 11008, 8192   # a 7B model (Llama-2-7B) at 8192 tokens, as chapter 10's ledger
@@ -22,6 +24,8 @@ SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]       # the bars' shapes
 QKV = (TOKENS, 3 * HIDDEN, HIDDEN)
 MLP_UP = (TOKENS, MLP, HIDDEN)
 UNALIGNED = (4095, 4097, 4095)   # leading dimensions that are not multiples of 8: cuBLAS leaves its fast path
+PADDED = (UNALIGNED[0], -(-UNALIGNED[1] // 8) * 8, -(-UNALIGNED[2] // 8) * 8)   # the GEMM the fallback runs there
+PADDED_IMPL = "v3_pipeline[padded]"
 SHAPES = [*SQUARE, QKV, MLP_UP, UNALIGNED]
 TAGS = {SQUARE[0]: "4096^3", SQUARE[1]: "8192^3", QKV: "QKV", MLP_UP: "MLP up", UNALIGNED: "4095x4097x4095"}
 LEDGER = {"square 4096": SQUARE[0], "square 8192": SQUARE[1], "QKV projection, prefill": QKV,
@@ -75,10 +79,11 @@ def peers(names=PEERS) -> dict:
     return {n: every[n] for n in names}
 
 
-def ladder(rec, shapes=None, *, seed: int = 12, peer_names=PEERS) -> Ladder:
+def ladder(rec, shapes=None, *, seed: int = 12, peer_names=PEERS, registry=HGEMM) -> Ladder:
     """Chapter 12's ladder: checked on :data:`ODD_SHAPES`, timed on ``shapes`` (default :data:`SHAPES`) beside the
-    peers, in TFLOP/s; every entry also carries the minimum bytes, for the roofline."""
-    return Ladder(rec, HGEMM, shapes=list(shapes or SHAPES), dtypes=["bfloat16"], make=make,
+    peers, in TFLOP/s; every entry also carries the minimum bytes, for the roofline. ``registry`` replaces
+    :data:`HGEMM` for a ladder of variants (:func:`time_release_cluster`)."""
+    return Ladder(rec, registry, shapes=list(shapes or SHAPES), dtypes=["bfloat16"], make=make,
                   reference=ladder_reference, nbytes=lambda s, dt: nbytes(*s), flops=lambda s, dt: flops(*s),
                   odd_shapes=ODD_SHAPES, peers=peers(peer_names), ceiling=None, seed=seed)
 
@@ -135,6 +140,14 @@ def tflops(lad: Ladder, impl: str, shape) -> float:
 
 
 # --- v3's sweep: every config timed in this run --------------------------------------------------------
+
+def against_prediction(value: float, low: float, high: float) -> str:
+    """Where a measured ratio lies against the range the chapter predicted before the run, in the chapter's
+    words: inside it, or below or above it."""
+    if value < low:
+        return "低于预测"
+    return "高于预测" if value > high else "落在预测之内"
+
 
 def config_impl(c) -> str:
     """The record's impl name of one v3 config: ``v3_pipeline[128,256,32,64,64,3,8]``."""
@@ -260,3 +273,44 @@ def sass_table(versions, keep=("HMMA", "HGMMA", "LDSM", "LDGSTS", "UTMALDG", "UT
         rows.append([v.label, *[str(counts.get(k, 0)) for k in keep]])
     return Table(["version", *keep], rows,
                  caption="static instruction counts in each version's SASS (v0-v3: the 16-byte instance)")
+
+
+# --- v7's remote arrivals at cluster scope ---------------------------------------------------------------
+
+RELEASE_CLUSTER_IMPL = "v7_multicast[release.cluster]"
+RELEASE_CLUSTER_DEFINE = ("CLUSTER_ARRIVE_RELEASE_CLUSTER", "1")    # kernels/include/cluster_sm90.cuh
+
+
+def release_cluster_variant():
+    """v7 compiled with its remote arrivals spelled ``mbarrier.arrive.release.cluster``."""
+    v = HGEMM["v7_multicast"]   # alone in a registry of its own, so without v7's parent
+    return dataclasses.replace(v, source=dataclasses.replace(v.source, defines=(RELEASE_CLUSTER_DEFINE,)), parent=None)
+
+
+def time_release_cluster(lad: Ladder, shapes=SQUARE) -> list[dict]:
+    """Time :func:`release_cluster_variant` as impl :data:`RELEASE_CLUSTER_IMPL` on ``lad``'s record, on the same
+    seeded data (a ladder of its own with ``lad``'s seed and no peers)."""
+    variant = ladder(lad.rec, shapes, seed=lad.seed, peer_names=(),
+                     registry=Registry("hgemm", problem, [release_cluster_variant()]))
+    return variant.time("v7_multicast", shapes, impl=RELEASE_CLUSTER_IMPL)
+
+
+def sass_before(version, opcode: str, lines: int = 6) -> str:
+    """The first instruction of the SASS of ``version`` (default config, 4096^3) whose opcode starts with
+    ``opcode``, with the ``lines`` instructions before it, addresses and encodings dropped. Needs cuobjdump."""
+    from utils.build import sass
+
+    from . import shape_problem
+    (ln,) = version.launches(shape_problem(4096, 4096, 4096))
+    code = [ln_.split("*/", 1)[1].split("/*")[0].strip().rstrip(";").strip()
+            for ln_ in sass(version.source, ln.kernel).splitlines() if ln_.strip().startswith("/*") and "*/" in ln_]
+    code = [c for c in code if c]
+    at = next(i for i, c in enumerate(code) if c.split()[0].startswith(opcode))
+    return "\n".join(code[max(0, at - lines):at + 1])
+
+
+def time_padded_gemm(lad: Ladder) -> list[dict]:
+    """v3's default config alone on :data:`PADDED` (impl :data:`PADDED_IMPL`): the GEMM inside the Hopper versions'
+    fallback on :data:`UNALIGNED`, so the copies' share is the difference."""
+    from . import V3_DEFAULT
+    return lad.time("v3_pipeline", [PADDED], config=V3_DEFAULT, impl=PADDED_IMPL)

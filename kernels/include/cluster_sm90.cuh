@@ -18,11 +18,19 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
-// One arrival on the mbarrier at the same shared-memory offset as `bar`, in CTA `cta` of this cluster.
+// One arrival on the mbarrier at the same shared-memory offset as `bar`, in CTA `cta` of this cluster. The
+// arrive keeps PTX's default semantics, release at CTA scope, as CUTLASS's ClusterBarrier::arrive(cta_id) does:
+// what it announces (this warpgroup's wgmma reads of a stage are over) was already waited for. Spelled
+// `.release.cluster` (define CLUSTER_ARRIVE_RELEASE_CLUSTER, as chapter 12 does to measure it), it compiles to
+// MEMBAR.ALL.GPU before every arrival, a fence the consumers would wait on once per stage.
 __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar, unsigned cta) {
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(cta));
+#ifdef CLUSTER_ARRIVE_RELEASE_CLUSTER
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
+#else
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
+#endif
 }
 
 // One box into `dst` of every CTA whose bit is set in `mask`, each completing its bytes on its own mbarrier at
