@@ -82,26 +82,22 @@ def test_complement_and_logical_divide_cover_their_domain():
 
 # --- the layouts our kernels use --------------------------------------------------------------------------
 
-def cute_fragment(layout: Layout, rows: int):
-    """(32, V, 2): (row, col) of each lane's values, from a CuTe thread-value layout into a column-major tile."""
-    values = layout.modes()[1].size()
-    out = np.empty((32, values, 2), dtype=np.int64)
-    for lane in range(32):
-        for v in range(values):
-            idx = layout((idx2crd(lane, (4, 8)), idx2crd(v, layout.shape[1])))
-            out[lane, v] = (idx % rows, idx // rows)
-    return out
-
-
 def test_cutes_mma_sync_fragments_are_ours():
+    from kernels.cute import book
     from kernels.mma import fragments as F
-    a = tv_layout(Layout((4, 8), (32, 1)), Layout((2, 2, 2), (16, 8, 128)))   # ALayout, (M16, K16) column-major
-    b = tv_layout(Layout((4, 8), (16, 1)), Layout((2, 2), (8, 64)))           # BLayout, (N8, K16)
-    c = tv_layout(Layout((4, 8), (32, 1)), Layout((2, 2), (16, 8)))           # SM80_16x8_Row, (M16, N8)
-    assert np.array_equal(cute_fragment(a, 16), F.mma_a_layout())
-    assert np.array_equal(cute_fragment(c, 16), F.mma_c_layout())
-    nk = cute_fragment(b, 8)                                                   # (n, k) -> ours is (k, n)
+    assert np.array_equal(book.fragment(book.SM80_A, 16), F.mma_a_layout())
+    assert np.array_equal(book.fragment(book.SM80_C, 16), F.mma_c_layout())
+    nk = book.fragment(book.SM80_B, 8)                                        # (n, k) -> ours is (k, n)
     assert np.array_equal(nk[..., ::-1], F.mma_b_layout())
+
+
+def test_every_comparison_chapter_13_shows_agrees_and_a_wrong_layout_would_not():
+    from kernels.cute import book
+    rows = book.comparisons()
+    assert len(rows) == 11 and all(r["agree"] == r["compared"] > 0 for r in rows), rows
+    wrong = tv_layout(Layout((4, 8), (32, 1)), Layout((2, 2, 2), (8, 16, 128)))   # A's two row halves swapped
+    from kernels.mma import fragments as F
+    assert not np.array_equal(book.fragment(wrong, 16), F.mma_a_layout())
 
 
 def test_swizzle_3_4_3_on_bytes_is_tmas_128_byte_swizzle():
@@ -116,9 +112,11 @@ def test_swizzle_3_4_3_on_bytes_is_tmas_128_byte_swizzle():
 def test_hgemm_swizzle_is_a_cute_swizzle_on_element_offsets(cols, bits, shift):
     """hgemm's Swizzled<COLS> (chunk ^= line number) is Swizzle<B, 3, S> o (rows, COLS):(COLS, 1) on bf16 offsets:
     M = 3 keeps 8-element (16-byte) chunks whole."""
+    from kernels.cute import book
     from kernels.hgemm import smem
     layout = swizzled(Swizzle(bits, 3, shift), make_layout((16, cols), "row"))
     assert all(layout((r, c)) == smem.swizzled(r, c, cols) for r in range(16) for c in range(cols))
+    assert book.hgemm_swizzle(cols)[1] == (bits, 3, shift)
 
 
 def test_a_swizzle_permutes_and_keeps_blocks_whole():
@@ -133,8 +131,9 @@ def test_a_swizzle_permutes_and_keeps_blocks_whole():
 def test_cutes_wgmma_accumulator_layout_is_the_one_our_epilogues_read(n):
     """CLayout_64xN of CUTLASS v4.7.0 (include/cute/atom/mma_traits_sm90_gmma.hpp): ((4,8,4),(2,2,N/8)) :
     ((128,1,16),(64,8,512)) into the 64 x N tile, column-major; thread t = t0 + 4 t1 + 32 w."""
+    from kernels.cute import book
     from kernels.hgemm import hopper
-    c = tv_layout(Layout((4, 8, 4), (128, 1, 16)), Layout((2, 2, n // 8), (64, 8, 512)))
+    c = book.gmma_c_layout(n)
     ours = hopper.wgmma_accumulator_layout(n)
     for tid in range(128):
         for v in range(n // 2):

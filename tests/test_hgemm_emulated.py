@@ -188,14 +188,16 @@ TMA_POLICIES = ("at-wait", "at-issue")
 RUN_TIMEOUT_S = 600     # the whole driver; a pipeline that deadlocks ends here
 
 
-def build_and_run(tmp_path, versions=None, sources=None, policy: str = "at-wait", timeout_s: int = RUN_TIMEOUT_S):
+def build_and_run(tmp_path, versions=None, sources=None, policy: str = "at-wait", timeout_s: int = RUN_TIMEOUT_S,
+                  folders=("hgemm",)):
     """Compile the driver against the emulated kernels (``sources``: file name -> text overrides) and run it with
     TMA's bytes landing ``policy`` ("at-wait" or "at-issue"). Returns (returncode, stdout + stderr, checks); a
-    run that does not finish in ``timeout_s`` (a deadlocked pipeline) returns returncode None."""
+    run that does not finish in ``timeout_s`` (a deadlocked pipeline) returns returncode None. ``folders``:
+    the kernels/ folders whose .cu and .cuh files go beside the driver."""
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ is not installed: the emulated kernels need a C++20 compiler")
-    for path in (KERNELS / "hgemm").glob("*.cu*"):    # the kernels and their header, beside the driver
+    for path in (p for folder in folders for p in (KERNELS / folder).glob("*.cu*")):   # beside the driver
         (tmp_path / path.name).write_text((sources or {}).get(path.name) or emulated_source(path))
     src, n = driver(versions)
     (tmp_path / "driver.cpp").write_text(src)
