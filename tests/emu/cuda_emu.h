@@ -3,14 +3,16 @@
 // `__shared__` arrays (function-scope statics here) are the shared memory of the block that runs. Every
 // thread runs every block in turn and waits at a barrier between blocks. __syncthreads is a real barrier
 // of the block's threads, so a missing or misplaced one shows up as wrong results (not reliably: the OS
-// schedules the threads, not a warp scheduler). Atomics are not emulated. Warp-collective operations
+// schedules the threads, not a warp scheduler). atomicAdd on unsigned is a real atomic. Warp-collective operations
 // (__syncwarp, and the mma/ldmatrix/wmma stand-ins in mma_sm80.cuh, ldmatrix_sm80.cuh and mma.h beside
 // this file) meet at a barrier of the warp's 32 threads and exchange registers through the warp's slots.
 // cp.async (mma_sm80.cuh here) is deferred: a copy lands only when its thread waits for its group, the
 // latest moment the hardware allows, so a kernel that reads a stage before waiting reads stale data.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <barrier>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -163,4 +165,51 @@ void emu_launch_cluster(Kernel kernel, dim3e grid, dim3e block, Args... args) {
         for (auto& th : threads) th.join();
     }
     emu_cluster_barrier = nullptr;
+}
+
+// --- what chapter 9's headers use (common.cuh, quant_common.cuh, int4.cuh, gemv_common.cuh), so that kernels that
+// reuse them compile here (tests/test_w4a16_sm90_emulated.py). Blocks run one after another, so the cache-hinted
+// loads are plain loads and the fences order only this process's threads. -------------------------------------
+#define __host__
+struct alignas(8) float2 { float x, y; };
+struct alignas(8) uint2 { unsigned x, y; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+template <class T> inline void __stcs(T* p, T v) { *p = v; }
+inline float __uint_as_float(unsigned u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+// Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes {y, x} (x the low four).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t bytes = (uint64_t(y) << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= unsigned((bytes >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+}
+inline long long clock64() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+// A warp collective through the warp's slots: every lane hands its value in, then reads its partner's.
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    emu_warp->slot[emu_lane][0] = bits;
+    emu_warp_sync();
+    bits = static_cast<uint32_t>(emu_warp->slot[emu_lane ^ lane_mask][0]);
+    emu_warp_sync();
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+// lop3.b32 for the truth table LUT (int4.cuh's lop3 runs this here): bit i of LUT is f(a, b, c) for the bits
+// a = i >> 2 & 1, b = i >> 1 & 1, c = i & 1 (LUT = f(0xF0, 0xCC, 0xAA)).
+template <int LUT>
+inline unsigned emu_lop3(unsigned a, unsigned b, unsigned c) {
+    unsigned d = 0;
+    for (int i = 0; i < 8; ++i)
+        if (LUT >> i & 1) d |= (i & 4 ? a : ~a) & (i & 2 ? b : ~b) & (i & 1 ? c : ~c);
+    return d;
 }
