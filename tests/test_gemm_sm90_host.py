@@ -2,13 +2,7 @@
 fallbacks where TMA cannot write C or read A and B."""
 from kernels import gemm_sm90 as G
 from kernels import hgemm as H
-from tests.fakes import FakeDeviceArray
-from utils.arrays import bf16
-
-
-def arrays(M, N, K, offs=(0, 0, 0)):
-    bases = (1 << 36, 2 << 36, 3 << 36)
-    return tuple(FakeDeviceArray(s, bf16(), ptr=base + 2 * o) for s, base, o in zip(((M, K), (K, N), (M, N)), bases, offs))
+from tests.test_hgemm_host import arrays
 
 
 def test_v9_launches_what_v8_launches_with_its_own_kernel():

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from kernels import hgemm as H
-from tests.fakes import FakeDeviceArray
-from utils.arrays import bf16
+from tests.test_hgemm_host import arrays
 from utils.version import Workspace
 from utils.paths import KERNELS
 
@@ -101,10 +100,7 @@ def emulated_source(path) -> str:
 
 
 def problem_at(shape, offs):
-    M, N, K = shape
-    bases = (1 << 36, 2 << 36, 3 << 36)
-    return tuple(FakeDeviceArray(s, bf16(), ptr=base + 2 * o)
-                 for s, base, o in zip(((M, K), (K, N), (M, N)), bases, offs))
+    return arrays(*shape, offs=offs)
 
 
 PERSISTENT_BLOCKS = 3    # a persistent launch gets this many blocks here, so each walks several tiles
@@ -118,7 +114,7 @@ def tensor_map(spec, pointer: str) -> str:
             f"{box_rows}, {spec.dtype.itemsize}, {spec.swizzle}}}")
 
 
-BASES = {1 << 36: "a", 2 << 36: "b", 3 << 36: "c"}     # problem_at's fake pointers, by the array they stand for
+BASES = {1 << 36: "a", 2 << 36: "b", 3 << 36: "c"}     # the fake pointers of test_hgemm_host.arrays, by the array they stand for
 
 
 def array_of(address: int) -> str:

@@ -60,6 +60,7 @@ from kernels.quant.gemm import stripe_partition
 from utils.arrays import bf16, ceil_div
 from utils.arrays import xp as array_module
 from utils.build import KernelSource
+from utils.hardware import facts
 from utils.ops import expect_array, expect_same_device
 from utils.paths import KERNELS
 from utils.version import Launch, Registry, Unsupported, Version, Workspace, config_type
@@ -200,11 +201,6 @@ def problem(x, qwgmma, qzeros, scales, out, *, ctas=None) -> Problem:
 
 # --- the plan ----------------------------------------------------------------------------------------------------
 
-def hardware():
-    from utils.hardware import facts
-    return facts()
-
-
 def round_up(x: int, m: int) -> int:
     return ceil_div(x, m) * m
 
@@ -251,11 +247,11 @@ def plan_rs(p: Problem, c: RsConfig) -> list[Launch]:
                           "compute-bound: use a dense GEMM on dequantized weights")
     if c.tok < p.M:
         raise ValueError(f"w4a16_wgmma_v1_rs: config {c} holds {c.tok} tokens, not M = {p.M}")
-    if smem_bytes(c) > hardware().smem_per_block_optin:
+    if smem_bytes(c) > facts().smem_per_block_optin:
         raise Unsupported(f"{c}: {smem_bytes(c):,} bytes of shared memory, above what a block may use")
     bn = SLICE * c.consumers * c.slices
     tiles = ceil_div(p.N, bn)
-    ctas, max_contrib = stripe_partition(tiles, p.K // GROUP, p.ctas or hardware().sms)
+    ctas, max_contrib = stripe_partition(tiles, p.K // GROUP, p.ctas or facts().sms)
     ws = Workspace((tiles * max_contrib * bn * c.tok,), np.float32)
     counters = Workspace((tiles * c.consumers,), np.uint32, fill=0, every_launch=False)
     return [Launch(rs_name(c), (ctas, 1, 1), (128 * c.consumers + 32, 1, 1),
