@@ -27,37 +27,48 @@ TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 SHAPES = {
     "hgemm": [(1, 1, 1), (33, 65, 7), (37, 199, 183), (129, 264, 72), (256, 512, 320)],
     "sgemm": [(1, 1, 1), (33, 65, 7), (37, 199, 183), (129, 260, 36)],
+    # chapter 13: v8 and v9 (the collectives) on hgemm's shapes; the W4A16 wgmma GEMM on (M, K, N) with a tail
+    # slice, one group and several, stream-K splits
+    "gemm_sm90": [(1, 1, 1), (37, 199, 183), (129, 264, 72), (256, 512, 320)],
+    "w4a16_wgmma": [(1, 128, 32), (5, 384, 288), (17, 1152, 96), (37, 256, 1056)],
 }
 
 
 def cases(op: str):
-    """(registry, [(shape, make_inputs, reference, tolerance dtype)]) of an op family."""
+    """(registry, make(shape, rng) -> utils.ladder.Case, reference(case), tolerance dtype) of an op family."""
     import numpy as np
-    if op == "hgemm":
+    if op in ("hgemm", "gemm_sm90"):
         from kernels.hgemm import HGEMM, reference
         from kernels.hgemm.ladders import make
         from utils.arrays import bf16
-        return HGEMM, [(s, lambda s=s: make(s, bf16(), np.random.default_rng(sum(s))), reference,
-                        "bfloat16") for s in SHAPES[op]]
+        registry = HGEMM
+        if op == "gemm_sm90":
+            from kernels.gemm_sm90 import COLLECTIVE as registry
+        return registry, lambda s, rng: make(s, bf16(), rng), lambda case: reference(*case.args[:2]), "bfloat16"
     if op == "sgemm":
         from kernels.sgemm import SGEMM, reference
         from kernels.sgemm.ladders import make
-        return SGEMM, [(s, lambda s=s: make(s, np.dtype("float32"), np.random.default_rng(sum(s))), reference,
-                        "float32") for s in SHAPES[op]]
+        return (SGEMM, lambda s, rng: make(s, np.dtype("float32"), rng), lambda case: reference(*case.args[:2]),
+                "float32")
+    if op == "w4a16_wgmma":
+        from kernels.w4a16_sm90 import W4A16_WGMMA
+        from kernels.w4a16_sm90.ladder import make, reference
+        return W4A16_WGMMA, lambda s, rng: make(s, "bfloat16", rng), reference, "bfloat16"
     raise SystemExit(f"unknown op {op!r}; expected one of {sorted(SHAPES)}")
 
 
 def child(op: str) -> int:
     """Run every version the GPU supports once per shape and check it; print one line per launch."""
+    import numpy as np
+
     from utils.check import assert_close, poison
-    registry, todo = cases(op)
+    registry, make, reference, dtype = cases(op)
     for v in registry.runnable():
-        for shape, make_inputs, reference, dtype in todo:
-            case = make_inputs()
-            a, b, c = case.args
-            poison(c)
-            v(a, b, c)
-            assert_close(c, reference(a, b), dtype=dtype, name=f"{v.label} {shape}")
+        for shape in SHAPES[op]:
+            case = make(shape, np.random.default_rng(sum(shape)))
+            poison(case.out)
+            v(*case.args)
+            assert_close(case.out, reference(case), dtype=dtype, name=f"{v.label} {shape}")
             print(f"ok {v.label} {'x'.join(map(str, shape))}", flush=True)
     return 0
 

@@ -234,3 +234,24 @@ def test_the_op_is_its_own_registry():
     assert W.W4A16_WGMMA.op == "w4a16_wgmma" and list(W.W4A16_WGMMA) == ["v1_rs"]
     assert V1.requires == ("wgmma", "tma") and V1.source is W.V1_SOURCE
     assert "v1_rs" not in GEMM
+
+
+def test_ablation_names_are_checked():
+    with pytest.raises(ValueError, match="expected one of"):
+        W.ablation("skip everything")
+    assert W.ablation("stream only").source.defines == (("W4A16_SKIP_DEQUANT", "1"), ("W4A16_SKIP_MMA", "1"))
+
+
+@pytest.mark.parametrize("n, chains, warpgroups", [(8, 1, 1), (16, 3, 1), (16, 1, 4), (16, 1, 0)])
+def test_chain_cycles_rejects_what_is_not_instantiated(n, chains, warpgroups):
+    with pytest.raises(ValueError, match="chain_cycles"):
+        W.chain_cycles(n, chains, warpgroups)
+
+
+def test_ladder_shapes_fit_the_op():
+    """Every shape the chapter checks or times passes the op's shape rules and has a config that holds its M."""
+    from kernels.w4a16_sm90 import ladder
+    for M, K, N in ladder.ODD + ladder.SHAPES:
+        W.check_shapes(M, K, N)
+        assert any(c.tok >= M for c in W.RS_CONFIGS)
+    assert {M for M, _, _ in ladder.SHAPES} == set(ladder.BARS)

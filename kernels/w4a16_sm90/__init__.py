@@ -72,14 +72,17 @@ MAX_M = 64                       # tokens per CTA: wgmma's n = TOK <= 64 here
 TOKS = (16, 32, 64)
 TMA_SWIZZLED_ALIGN = 128         # bytes: x's base under a 128-byte swizzled tensor map (utils.tma)
 BARRIER_BYTES = 8
+# bytes an L2 miss of a TMA load fetches: CUTLASS v4.7.0 sets 128 for every TMA map
+# (include/cute/atom/copy_traits_sm90_tma.hpp, tma_l2Promotion)
+L2_PROMOTION = 128
 
 # (tokens = wgmma n, consumer warpgroups, n64 slices per warpgroup, stages): BN = 64 consumers slices columns
 RsConfig = config_type("RsConfig", "tok consumers slices stages")
-RS_CONFIGS = tuple(RsConfig(*c) for c in ((16, 2, 1, 8), (16, 2, 2, 6), (16, 1, 2, 8), (32, 2, 1, 8), (32, 2, 2, 6),
-                                          (64, 2, 1, 6), (64, 2, 2, 4)))
+RS_CONFIGS = tuple(RsConfig(*c) for c in ((16, 2, 1, 8), (16, 2, 2, 6), (16, 4, 1, 6), (32, 2, 1, 8), (32, 2, 2, 6),
+                                          (64, 2, 1, 6)))
 # by token tile: BN = 128 at 16 tokens (x per stage is half the weights), BN = 256 above (x's L2 reads per weight
 # byte halved); to be tuned on the H200
-RS_DEFAULT = {16: RsConfig(16, 2, 1, 8), 32: RsConfig(32, 2, 2, 6), 64: RsConfig(64, 2, 2, 4)}
+RS_DEFAULT = {16: RsConfig(16, 2, 1, 8), 32: RsConfig(32, 2, 2, 6), 64: RsConfig(64, 2, 1, 6)}
 
 
 def rs_name(c: RsConfig) -> str:
@@ -220,13 +223,14 @@ def smem_bytes(c: RsConfig) -> int:
 
 def tensor_arg(array, shape, strides, dtype, box, swizzle=0):
     """A TMA map over ``array``'s memory seen as ``shape`` (outermost first, byte ``strides``) in ``box``es: a
-    ``TensorMap.arg`` on a GPU host; the validated ``TiledSpec`` in a CPU plan (no driver to encode it)."""
+    ``TensorMap.arg`` on a GPU host; the validated ``TiledSpec`` in a CPU plan (no driver to encode it).
+    L2 promotion :data:`L2_PROMOTION` as CUTLASS sets it."""
     from utils.gpu import has_gpu
     from utils.tma import tiled, tiled_spec
     address = int(array.__cuda_array_interface__["data"][0])
     if not has_gpu():
-        return tiled_spec(address, shape, strides, dtype, box, swizzle=swizzle)
-    return tiled(address, shape, strides, dtype, box, swizzle=swizzle, owner=array).arg
+        return tiled_spec(address, shape, strides, dtype, box, swizzle=swizzle, l2_promotion=L2_PROMOTION)
+    return tiled(address, shape, strides, dtype, box, swizzle=swizzle, l2_promotion=L2_PROMOTION, owner=array).arg
 
 
 def tensor_maps(p: Problem, c: RsConfig) -> tuple:
@@ -274,3 +278,50 @@ W4A16_WGMMA = Registry("w4a16_wgmma", problem, [
             "fragments, x from smem by TMA, a producer thread and a stage ring, stream-K over (tile, group)",
             V1_SOURCE, plan_rs, snippet="w4a16_wgmma_v1", configs=rs_configs, default=rs_default, prepare=prepare),
 ])
+
+
+# --- what the chapter measures around the kernel -------------------------------------------------------------
+
+ABLATIONS = {"skip dequant": ("W4A16_SKIP_DEQUANT",), "skip mma": ("W4A16_SKIP_MMA",),
+             "stream only": ("W4A16_SKIP_DEQUANT", "W4A16_SKIP_MMA")}
+
+
+def ablation(what: str) -> Version:
+    """v1_rs built without a part of its work (``ABLATIONS``): the raw words as the A registers (no dequant), no
+    wgmma, or neither (the stage ring alone), default configs only. For timing only: the output is wrong."""
+    if what not in ABLATIONS:
+        raise ValueError(f"ablation: expected one of {list(ABLATIONS)}, got {what!r}")
+    v = W4A16_WGMMA["v1_rs"]
+    src = dataclasses.replace(V1_SOURCE, defines=tuple((d, "1") for d in ABLATIONS[what]),
+                              name_expressions=tuple(dict.fromkeys(map(rs_name, RS_DEFAULT.values()))))
+    return dataclasses.replace(v, source=src)
+
+
+CHAIN_NS = (16, 32, 64)
+CHAIN_COUNTS = (1, 2, 4)
+CHAIN_SOURCE = KernelSource("w4a16_sm90/chain.cu", requires=("wgmma",),
+                            name_expressions=tuple(f"wgmma_chain<{n}, {c}>" for n in CHAIN_NS for c in CHAIN_COUNTS),
+                            include_dirs=(str(KERNELS / "hgemm"),))
+CHAIN_SMEM = 64 * 128 + 1024     # chain.cu's B tile and the 1024 bytes that align it
+
+
+def chain_cycles(n: int, chains: int, warpgroups: int = 1, iters: int = 256) -> float:
+    """Cycles per wgmma m64n{n}k16 (A from registers) on one SM when each of ``warpgroups`` warpgroups adds
+    into ``chains`` accumulators in turn: the median over one CTA per SM of each warpgroup's loop time / its
+    wgmmas / warpgroups. (Two warpgroups at most: 4 chains of n = 64 take 182 registers a thread.)"""
+    if n not in CHAIN_NS or chains not in CHAIN_COUNTS or warpgroups not in (1, 2) or iters < 1:
+        raise ValueError(f"chain_cycles: n in {CHAIN_NS}, chains in {CHAIN_COUNTS}, warpgroups in (1, 2) and "
+                         f"iters >= 1 expected, got n={n}, chains={chains}, warpgroups={warpgroups}, iters={iters}")
+    import cupy
+    fn = CHAIN_SOURCE.launchable(f"wgmma_chain<{n}, {chains}>", dynamic_smem=CHAIN_SMEM)
+    sms = facts().sms
+    cycles = cupy.zeros(sms * warpgroups, dtype=cupy.int64)
+    sink = cupy.empty(sms * 128 * warpgroups, dtype=cupy.float32)
+    for _ in range(2):                                     # the first launch loads the module and warms the clocks
+        fn((sms,), (128 * warpgroups,), (np.int32(iters), cycles, sink), shared_mem=CHAIN_SMEM)
+    cupy.cuda.get_current_stream().synchronize()
+    want = np.float32(chains * (n // 2) * iters * 16)     # each accumulator: iters wgmmas of 16 ones x ones
+    if not bool(cupy.all(sink == want)):
+        raise AssertionError(f"wgmma_chain: a thread's accumulators do not add up to {want}")
+    return float(np.median(cycles.get())) / (iters * chains) / warpgroups
+

@@ -25,6 +25,24 @@ __host__ __device__ constexpr int ring(int slices) { return slices == 1 ? 4 : 2;
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
+// Accumulator chains per slice: k16 step j adds into chain j % CHAINS. A wgmma that adds into the accumulators
+// the previous one wrote waits for it: one chain of m64n16k16 runs at ~59 cycles per wgmma on the H200, two
+// alternating chains at ~19 (scratch measurement, chapter 13); the chains are added once per tile segment.
+constexpr int CHAINS = 2;
+
+template <int TOK, int SL>
+__device__ __forceinline__ void add_chains(const float (&acc)[SL][CHAINS][TOK / 2], float (&sum)[SL][TOK / 2]) {
+#pragma unroll
+    for (int sl = 0; sl < SL; ++sl)
+#pragma unroll
+        for (int e = 0; e < TOK / 2; ++e) {
+            float v = acc[sl][0][e];
+#pragma unroll
+            for (int c = 1; c < CHAINS; ++c) v += acc[sl][c][e];
+            sum[sl][e] = v;
+        }
+}
+
 // One stage of the ring, 1024-byte aligned (the 128-byte swizzle's period), NS n64 slices of one group:
 //   x  [2 boxes][TOK tokens][64 k] bf16, 128-byte swizzled   (TMA box of x: TOK x 64)
 //   W  [NS slices][2 k64 records][128 threads][16 B]          (TMA box of qw: 2 records)

@@ -17,7 +17,7 @@ namespace w4a16_sm90 {
 // only after the group that read them (step j - R) is done. The stage read before (`pending`) is handed back to
 // the producer as soon as its last group is done: after the wait of step R - 1.
 template <int TOK, int SL, int NS, int R = ring(SL)>
-__device__ __forceinline__ void stage_mma(const unsigned char* st, float (&acc)[SL][TOK / 2],
+__device__ __forceinline__ void stage_mma(const unsigned char* st, float (&acc)[SL][CHAINS][TOK / 2],
                                           unsigned (&a)[R][SL][4], int& pending, unsigned long long* empty,
                                           bool fresh) {
     using S = Stage<TOK, NS>;
@@ -42,12 +42,20 @@ __device__ __forceinline__ void stage_mma(const unsigned char* st, float (&acc)[
         for (int sl = 0; sl < SL; ++sl) {
             const uint4 w4 = wq[sl][j / 4];
             const unsigned word = j % 4 == 0 ? w4.x : j % 4 == 1 ? w4.y : j % 4 == 2 ? w4.z : w4.w;
+#ifdef W4A16_SKIP_DEQUANT   // ablation (chapter 13 times it; the output is wrong): the raw word as A
+            a[j % R][sl][0] = word; a[j % R][sl][1] = word ^ 1u; a[j % R][sl][2] = word ^ 2u; a[j % R][sl][3] = word ^ 3u;
+#else
             a_fragment(word, zb[sl], sb[sl], a[j % R][sl]);
+#endif
         }
         wgmma_fence();                                        // the A registers were written by ordinary code
 #pragma unroll
         for (int sl = 0; sl < SL; ++sl)
-            wgmma_m64nNk16_rs<TOK, 0>(acc[sl], a[j % R][sl], x_desc<TOK>(st, j), j > 0 || !fresh);
+#ifdef W4A16_SKIP_MMA       // ablation: no wgmma, the A registers still computed (kept alive by the asm)
+            asm volatile("" :: "r"(a[j % R][sl][0]), "r"(a[j % R][sl][1]), "r"(a[j % R][sl][2]), "r"(a[j % R][sl][3]));
+#else
+            wgmma_m64nNk16_rs<TOK, 0>(acc[sl][j % CHAINS], a[j % R][sl], x_desc<TOK>(st, j), j >= CHAINS || !fresh);
+#endif
         wgmma_commit();
     }
 }
@@ -65,7 +73,8 @@ __device__ __forceinline__ void consume(unsigned char* smem, unsigned long long*
     constexpr int NS = C * SL;
     using S = Stage<TOK, NS>;
     const int wg = threadIdx.x / 128;
-    float acc[SL][TOK / 2];                                   // [slice][wgmma D: 64 columns of y x TOK tokens]
+    float acc[SL][CHAINS][TOK / 2];                           // [slice][chain][wgmma D: 64 columns of y x TOK tokens]
+    float sum[SL][TOK / 2];                                   // the chains added, what a flush stores
     unsigned a[ring(SL)][SL][4];
     int T = (int)(sp.u0 / sp.G), first = (int)(sp.u0 % sp.G), i = 0;
     while (i < sp.count) {
@@ -79,6 +88,7 @@ __device__ __forceinline__ void consume(unsigned char* smem, unsigned long long*
         }
         wgmma_wait<0>();
         if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[pending]);
+        add_chains<TOK, SL>(acc, sum);
         const int n0 = T * S::BN;
         auto store = [&](float v0, float v1, int n, int tok) {
             if (n0 + n >= N) return;
@@ -86,16 +96,16 @@ __device__ __forceinline__ void consume(unsigned char* smem, unsigned long long*
             if (tok + 1 < M) y[(size_t)(tok + 1) * N + n0 + n] = __float2bfloat16(v1);
         };
         if (len == sp.G) {
-            for_each_pair<TOK, SL>(acc, store);
+            for_each_pair<TOK, SL>(sum, store);
         } else {
             const int c_first = sp.owner((long long)T * sp.G), c_last = sp.owner((long long)T * sp.G + sp.G - 1);
             float* tile_ws = ws + (size_t)T * max_contrib * S::BN * TOK;      // [contributor][BN][TOK]
             float* part = tile_ws + (size_t)((int)blockIdx.x - c_first) * S::BN * TOK;
-            for_each_pair<TOK, SL>(acc, [&](float v0, float v1, int n, int tok) {
+            for_each_pair<TOK, SL>(sum, [&](float v0, float v1, int n, int tok) {
                 *reinterpret_cast<float2*>(part + n * TOK + tok) = make_float2(v0, v1);
             });
             if (last_contributor(counters + T * C + wg, c_last - c_first + 1, flags + wg))
-                for_each_pair<TOK, SL>(acc, [&](float, float, int n, int tok) {
+                for_each_pair<TOK, SL>(sum, [&](float, float, int n, int tok) {
                     float2 sum = make_float2(0.f, 0.f);
                     for (int r = 0; r <= c_last - c_first; ++r) {          // rank order: deterministic
                         const float2 v = __ldcg(reinterpret_cast<const float2*>(tile_ws + ((size_t)r * S::BN + n) * TOK + tok));

@@ -86,3 +86,26 @@ def test_rejects_unaligned_x_on_the_device():
     x = buf[8:].reshape(16, 256)                  # 16 bytes past an allocation: not 128-byte aligned
     with pytest.raises(ValueError, match="128-byte aligned"):
         W.W4A16_WGMMA["v1_rs"](x, *args[1:])
+
+
+def test_two_accumulator_chains_beat_one():
+    """chain_cycles: the accumulators check inside it, and the reason CHAINS = 2 (rs_common.cuh): at n = 16 two chains
+    in turn take well under one chain's cycles per wgmma."""
+    from kernels import w4a16_sm90 as W
+    one, two = W.chain_cycles(16, 1), W.chain_cycles(16, 2)
+    assert 0 < two < 0.75 * one, f"cycles per m64n16k16: one chain {one:.1f}, two chains {two:.1f}"
+
+
+def test_ablations_build_and_launch():
+    """Each ablation compiles and runs on a book-sized problem; with the dequant skipped the output differs from
+    the kernel's (the define reaches the source)."""
+    import cupy
+    from kernels import w4a16_sm90 as W
+    (x, qw, qz, s, out), _ = _case(16, 1024, 256, _seed("ablation"))
+    W.W4A16_WGMMA["v1_rs"](x, qw, qz, s, out)
+    full = out.copy()
+    for what in W.ABLATIONS:
+        W.ablation(what)(x, qw, qz, s, out)
+    W.ablation("skip dequant")(x, qw, qz, s, out)
+    cupy.cuda.get_current_stream().synchronize()
+    assert not bool(cupy.array_equal(out, full)), "skip dequant left the output unchanged: the define is not read"
