@@ -125,20 +125,20 @@ def arrays(M, K, N, **over):
 
 def test_plan_at_m16_8192():
     p = V1.validate(*arrays(16, 8192, 8192))
-    assert V1.resolve_config(p) == W.RsConfig(16, 2, 1, 8)
+    assert V1.resolve_config(p) == W.RsConfig(16, 4, 1, 6)
     (ln,) = V1.launches(p)
-    assert ln.kernel == "w4a16_wgmma_rs<16, 2, 1, 8>" and ln.block == (288, 1, 1)
+    assert ln.kernel == "w4a16_wgmma_rs<16, 4, 1, 6>" and ln.block == (544, 1, 1)   # 4 consumer warpgroups + 1 warp
     assert ln.grid == (132, 1, 1)                        # one CTA per SM of the H200 (a CPU plan)
-    assert ln.smem == W.smem_bytes(W.RsConfig(16, 2, 1, 8)) <= 227 * 1024
+    assert ln.smem == W.smem_bytes(W.RsConfig(16, 4, 1, 6)) <= 227 * 1024
     map_x, map_w, map_s, map_z = ln.args[:4]
     assert (map_x.shape, map_x.box, map_x.swizzle) == ((16, 8192), (16, 64), 128)
     assert (map_w.shape, map_w.box, map_w.dtype) == ((128 * 128, 256), (2, 256), np.dtype(np.uint64))
-    assert (map_s.shape, map_s.box) == ((64, 8192), (1, 128))
-    assert (map_z.shape, map_z.box) == ((64, 1024), (1, 16))
+    assert (map_s.shape, map_s.box) == ((64, 8192), (1, 256))        # BN = 256 columns a tile
+    assert (map_z.shape, map_z.box) == ((64, 1024), (1, 32))
     ws, counters = ln.args[5:7]
     max_contrib = int(ln.args[-1])
-    assert isinstance(ws, Workspace) and ws.shape == (64 * max_contrib * 128 * 16,)
-    assert counters.shape == (64 * 2,) and counters.fill == 0 and not counters.every_launch
+    assert isinstance(ws, Workspace) and ws.shape == (32 * max_contrib * 256 * 16,)
+    assert counters.shape == (32 * 4,) and counters.fill == 0 and not counters.every_launch
 
 
 @pytest.mark.parametrize("config", W.RS_CONFIGS, ids=str)

@@ -80,9 +80,10 @@ L2_PROMOTION = 128
 RsConfig = config_type("RsConfig", "tok consumers slices stages")
 RS_CONFIGS = tuple(RsConfig(*c) for c in ((16, 2, 1, 8), (16, 2, 2, 6), (16, 4, 1, 6), (32, 2, 1, 8), (32, 2, 2, 6),
                                           (64, 2, 1, 6)))
-# by token tile: BN = 128 at 16 tokens (x per stage is half the weights), BN = 256 above (x's L2 reads per weight
-# byte halved); to be tuned on the H200
-RS_DEFAULT = {16: RsConfig(16, 2, 1, 8), 32: RsConfig(32, 2, 2, 6), 64: RsConfig(64, 2, 1, 6)}
+# by token tile, the fastest at K = N = 8192 on the H200 (chapter 13's sweep, 2026-12-02): four consumer warpgroups
+# of one slice at 16 tokens; two of one slice above (two slices a warpgroup need more registers than 32 and 64
+# tokens leave: slower at 32, spilling at 64)
+RS_DEFAULT = {16: RsConfig(16, 4, 1, 6), 32: RsConfig(32, 2, 1, 8), 64: RsConfig(64, 2, 1, 6)}
 
 
 def rs_name(c: RsConfig) -> str:
