@@ -255,3 +255,10 @@ def test_ladder_shapes_fit_the_op():
         W.check_shapes(M, K, N)
         assert any(c.tok >= M for c in W.RS_CONFIGS)
     assert {M for M, _, _ in ladder.SHAPES} == set(ladder.BARS)
+
+
+def test_timeline_builds_only_from_v1_rs():
+    t = W.with_timeline(W.ablation("stream only"))
+    assert ("W4A16_TIMELINE", "1") in t.source.defines and ("W4A16_SKIP_MMA", "1") in t.source.defines
+    with pytest.raises(ValueError, match="expected a version from with_timeline"):
+        W.cta_timeline(W.W4A16_WGMMA["v1_rs"])

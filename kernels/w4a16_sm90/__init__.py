@@ -326,3 +326,39 @@ def chain_cycles(n: int, chains: int, warpgroups: int = 1, iters: int = 256) -> 
         raise AssertionError(f"wgmma_chain: a thread's accumulators do not add up to {want}")
     return float(np.median(cycles.get())) / (iters * chains) / warpgroups
 
+
+
+def with_timeline(version: Version | None = None) -> Version:
+    """``version`` (v1_rs or an :func:`ablation` of it) built with W4A16_TIMELINE: each CTA writes the globaltimer
+    at its start, when its first stage is full and when its consumers are done (rs_common.cuh W4A16_STAMP)."""
+    v = version or W4A16_WGMMA["v1_rs"]
+    if not v.source.file.endswith("v01_rs.cu"):
+        raise ValueError(f"with_timeline: expected v1_rs or an ablation of it, got {v.name} ({v.source.file})")
+    return dataclasses.replace(v, source=dataclasses.replace(
+        v.source, defines=tuple(v.source.defines) + (("W4A16_TIMELINE", "1"),)))
+
+
+def cta_timeline(version: Version, *args, reps: int = 5):
+    """Per CTA, in µs from the earliest CTA's start: (start, first stage full, consumers done), of the launch whose
+    last CTA finished at the median over ``reps`` launches, each after an L2 flush. ``version`` from
+    :func:`with_timeline`; ``args`` as the op takes them. Returns a float64 array [CTAs, 3]."""
+    if not any(d == "W4A16_TIMELINE" for d, _ in version.source.defines):
+        raise ValueError("cta_timeline: expected a version from with_timeline (built with W4A16_TIMELINE)")
+    import cupy
+
+    from utils.bench import flush_l2
+    from utils.build import load
+    run = version.bind(*args)
+    ctas = version.launches(version.validate(*args))[0].grid[0]
+    if ctas > 1024:
+        raise ValueError(f"cta_timeline: {ctas} CTAs, above the 1024 that w4a16_timeline holds")
+    stamps = cupy.ndarray((3 * 1024,), dtype=cupy.uint64, memptr=load(version.source).raw.get_global("w4a16_timeline"))
+    runs = []
+    for _ in range(reps):
+        stamps.fill(0)
+        flush_l2()
+        run()
+        t = stamps[: 3 * ctas].get().reshape(ctas, 3).astype(np.int64)
+        runs.append((t - t[:, 0].min()) / 1e3)
+    runs.sort(key=lambda r: r[:, 2].max())
+    return runs[len(runs) // 2]

@@ -124,3 +124,35 @@ def roofline_points(lad: Ladder, shapes) -> list[dict]:
             points.append(dict(e, op="w4a16", impl=f"M={M}: {impl}", flops=2.0 * M * K_ * N, bytes=nbytes,
                                series=series, tag=f"M={M}"))
     return points
+
+
+def timeline_stats(t) -> dict:
+    """Medians and spread of a :func:`kernels.w4a16_sm90.cta_timeline` (µs): first stage full after the start,
+    consumers done (median, 90th percentile, last)."""
+    import numpy as np
+    done = t[:, 2]
+    return {"first_full": float(np.median(t[:, 1] - t[:, 0])), "done_median": float(np.median(done)),
+            "done_p90": float(np.percentile(done, 90)), "done_last": float(done.max())}
+
+
+def plot_timelines(timelines: dict, title: str = ""):
+    """One panel per timeline ({label: [CTAs, 3] µs}): a bar per CTA, sorted by when its consumers are done, grey
+    from its start until its first stage is full, coloured from there until its consumers are done."""
+    import numpy as np
+
+    from utils import plot as P
+    fig, axes = P.figure(1, len(timelines), height=3.2, sharex=True)
+    for i, (ax, (label, t)) in enumerate(zip(axes[0], timelines.items())):
+        order = np.argsort(t[:, 2])
+        y = np.arange(len(order))
+        ax.barh(y, t[order, 1] - t[order, 0], left=t[order, 0], height=1.0, color="#BBBBBB",
+                label="start -> first stage full")
+        ax.barh(y, t[order, 2] - t[order, 1], left=t[order, 1], height=1.0, color=P.VERSION_COLORS[i],
+                label="-> consumers done")
+        ax.set_title(label)
+        ax.set_xlabel("us from the first CTA's start")
+        ax.legend(loc="upper left", fontsize=8)
+    axes[0][0].set_ylabel("CTA (sorted by finish)")
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -73,6 +73,22 @@ struct Stripe {
     __device__ __forceinline__ int owner(long long u) const { return (int)(((u + 1) * P - 1) / U); }
 };
 
+// Diagnostics for chapter 13's next step (off unless W4A16_TIMELINE is defined): per CTA, the globaltimer at the
+// kernel's start, when its first stage is full, and when its consumers are done, in w4a16_timeline[3 block + i].
+#ifdef W4A16_TIMELINE
+extern "C" __device__ unsigned long long w4a16_timeline[3 * 1024];   // 1024 CTAs at most (kernels/w4a16_sm90 cta_timeline)
+#define W4A16_STAMP(i)                                                                               \
+    do {                                                                                            \
+        if (threadIdx.x == 0) {                                                                     \
+            unsigned long long t_;                                                                  \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                  \
+            w4a16_timeline[3 * blockIdx.x + (i)] = t_;                                              \
+        }                                                                                           \
+    } while (0)
+#else
+#define W4A16_STAMP(i) do {} while (0)
+#endif
+
 // The producer (one thread): unit after unit, wait until the consumers freed the slot, announce the stage's bytes,
 // issue its TMA loads. What lies outside x (tokens >= M), qw (slices >= ceil(N / 64)), scales and qzeros (columns
 // >= N) arrives as zeros and still counts its bytes.

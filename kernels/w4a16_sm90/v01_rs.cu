@@ -83,6 +83,7 @@ __device__ __forceinline__ void consume(unsigned char* smem, unsigned long long*
         for (int u = 0; u < len; ++u, ++i) {
             const int s = i % STAGES;
             mbarrier_wait(&full[s], (i / STAGES) & 1);
+            if (i == 0) W4A16_STAMP(1);
             stage_mma<TOK, SL, NS>(smem + s * S::BYTES, acc, a, pending, empty, u == 0);
             pending = s;
         }
@@ -118,6 +119,7 @@ __device__ __forceinline__ void consume(unsigned char* smem, unsigned long long*
         first = 0;                                            // the next tile starts at group 0
         ++T;
     }
+    W4A16_STAMP(2);
 }
 
 }  // namespace w4a16_sm90
@@ -138,6 +140,7 @@ w4a16_wgmma_rs(const __grid_constant__ TmaDescriptor map_x, const __grid_constan
     auto* full = reinterpret_cast<unsigned long long*>(smem + STAGES * S::BYTES);
     auto* empty = full + STAGES;
     int* flags = reinterpret_cast<int*>(empty + STAGES);
+    W4A16_STAMP(0);
     if (threadIdx.x == 0) {   // full[s]: the producer's arrive_expect_tx; empty[s] (= full[STAGES + s]): one per consumer warpgroup
         for (int b = 0; b < 2 * STAGES; ++b) mbarrier_init(&full[b], b < STAGES ? 1 : C);
         fence_barrier_init();

@@ -109,3 +109,13 @@ def test_ablations_build_and_launch():
     W.ablation("skip dequant")(x, qw, qz, s, out)
     cupy.cuda.get_current_stream().synchronize()
     assert not bool(cupy.array_equal(out, full)), "skip dequant left the output unchanged: the define is not read"
+
+
+def test_cta_timeline_is_ordered_per_cta():
+    """Every CTA of a book-sized launch stamps its start, its first full stage and its end, in that order."""
+    from kernels import w4a16_sm90 as W
+    args, _ = _case(16, 8192, 8192, _seed("timeline"))
+    t = W.cta_timeline(W.with_timeline(), *args, reps=3)
+    from utils.hardware import facts
+    assert t.shape == (facts().sms, 3) and t[:, 0].min() == 0
+    assert (t[:, 0] <= t[:, 1]).all() and (t[:, 1] < t[:, 2]).all(), t[:5]
