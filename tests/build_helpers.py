@@ -73,3 +73,24 @@ def cutlass_or_skip() -> tuple[str, str]:
         return b.cutlass_include_dirs()
     except b.ToolchainMissing as e:
         pytest.skip(str(e))
+
+
+def run_emulated_driver(tmp_path: Path, source: str, runs: int, include_dirs, timeout_s: int = 600) -> None:
+    """Build ``source`` (a tests/emu driver that prints "<n> runs, <f> failures") with g++ -std=c++20 against
+    tests/emu and ``include_dirs``, run it, and assert it ran ``runs`` checks with no failure. Skips where g++ or
+    its C++20 <barrier> is missing."""
+    import shutil
+    import subprocess
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed: the emulated kernels need a C++20 compiler")
+    (tmp_path / "driver.cpp").write_text(source)
+    emu = Path(__file__).resolve().parent / "emu"
+    build = subprocess.run([gxx, "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu}",
+                            *(f"-I{d}" for d in include_dirs), "driver.cpp", "-o", "driver"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    if build.returncode and "barrier" in build.stderr and "No such file" in build.stderr:
+        pytest.skip("this g++ has no <barrier> (C++20)")
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(tmp_path / "driver")], capture_output=True, text=True, timeout=timeout_s)
+    assert run.returncode == 0 and f"{runs} runs, 0 failures" in run.stdout, run.stdout[-3000:]

@@ -4,13 +4,10 @@ block its version's plan gives, on tails, both 16-byte and 4-byte paths, beta 0 
 against a float64 reference, with a poisoned guard past the end of C. It checks the plans and the kernels'
 index arithmetic together where no GPU is at hand; tests/gpu/test_sgemm.py is the real thing. Skipped
 without g++ (C++20)."""
-import shutil
-import subprocess
-
 import numpy as np
-import pytest
 
 from kernels import sgemm as G
+from tests.build_helpers import run_emulated_driver
 from tests.fakes import FakeDeviceArray
 from utils.paths import KERNELS
 
@@ -108,16 +105,5 @@ def driver() -> tuple[str, int]:
 
 
 def test_every_version_on_the_cpu(tmp_path):
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("g++ is not installed: the emulated kernels need a C++20 compiler")
     src, n = driver()
-    (tmp_path / "driver.cpp").write_text(src)
-    here = KERNELS.parent / "tests" / "emu"
-    build = subprocess.run([gxx, "-std=c++20", "-O1", "-pthread", "-w", f"-I{here}", f"-I{KERNELS / 'sgemm'}",
-                            "driver.cpp", "-o", "driver"], cwd=tmp_path, capture_output=True, text=True)
-    if build.returncode and "barrier" in build.stderr and "No such file" in build.stderr:
-        pytest.skip("this g++ has no <barrier> (C++20)")
-    assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(tmp_path / "driver")], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0 and f"{n} runs, 0 failures" in run.stdout, run.stdout[-3000:]
+    run_emulated_driver(tmp_path, src, n, [KERNELS / 'sgemm'])

@@ -1,0 +1,142 @@
+"""FlashAttention forward, chapter 15: op ``attn_fwd``, one version ladder.
+
+``out = softmax(scale q k^T + mask) v`` per (batch, query head), and ``lse`` the natural log of each row's sum of
+``e^{scale s}`` (what the backward pass recomputes P from). Every version takes ``(q, k, v, out, lse)`` and the
+keywords ``causal=False, scale=None`` (None: ``1 / sqrt(D)``):
+
+- ``q [B, Hq, Sq, D]``, ``k`` and ``v [B, Hkv, Sk, D]``, ``out [B, Hq, Sq, D]``: bf16, C-contiguous, on one GPU;
+  ``lse [B, Hq, Sq]`` float32. ``Hq`` a multiple of ``Hkv``: query head ``h`` reads key/value head
+  ``h // (Hq // Hkv)`` (GQA; MQA is ``Hkv = 1``). ``D`` one of :data:`HEAD_DIMS`. ``Sq`` and ``Sk`` any sizes >= 1,
+  and they may differ.
+- **Causal masking is bottom-right aligned**, as FlashAttention >= 2.1 does: query ``i`` sees keys
+  ``j <= i + Sk - Sq``. With ``Sq == Sk`` that is the usual lower triangle; with ``Sq = 1`` (decode) the one
+  query sees every key. A row that sees no key (``i + Sk - Sq < 0``) gets ``out = 0`` and ``lse = -inf``.
+
+Versions (one .cu file each, ``// [[snippet: attn_fwd_vN]]``): v0 ``scalar``, the tiled online-softmax algorithm on
+CUDA cores, one thread per query row. Importing this package never needs a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from utils.arrays import bf16, ceil_div
+from utils.arrays import xp as array_module
+from utils.build import KernelSource
+from utils.ops import expect_array, expect_same_device
+from utils.version import Launch, Registry, Version
+
+HEAD_DIMS = (64, 128)
+INDEX_LIMIT = 2**31              # elements of q, k, v, out: the kernels index with size_t, the grid with int
+MAX_GRID_YZ = 65535              # gridDim.y (query heads) and gridDim.z (batch)
+LOG2E = 1.4426950408889634
+
+V0_BR, V0_BC = 64, 32            # v0: query rows per block (one per thread), keys per staged tile
+V0_SOURCE = KernelSource("attention/v00_scalar.cu",
+                         name_expressions=tuple(f"attn_fwd_scalar<{d}, {V0_BR}, {V0_BC}>" for d in HEAD_DIMS))
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    B: int
+    Hq: int
+    Hkv: int
+    Sq: int
+    Sk: int
+    D: int
+    causal: bool
+    scale: float
+    q: object
+    k: object
+    v: object
+    out: object
+    lse: object
+
+
+def check_sizes(B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int) -> None:
+    """The op's size rules (pure, tested on the CPU)."""
+    if min(B, Hq, Hkv, Sq, Sk) < 1:
+        raise ValueError(f"attn_fwd: batch, heads and sequence lengths must be >= 1, got B={B}, Hq={Hq}, "
+                         f"Hkv={Hkv}, Sq={Sq}, Sk={Sk}")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"attn_fwd: head dimension D = {D} is not one of {HEAD_DIMS}")
+    if Hq % Hkv:
+        raise ValueError(f"attn_fwd: query heads Hq = {Hq} must be a multiple of key/value heads Hkv = {Hkv} (GQA)")
+    if max(B * Hq * Sq, B * Hkv * Sk) * D >= INDEX_LIMIT:
+        raise ValueError(f"attn_fwd: q, k or v has {max(B * Hq * Sq, B * Hkv * Sk) * D:,} elements, at least "
+                         f"2^31: split the batch")
+    if Hq > MAX_GRID_YZ or B > MAX_GRID_YZ:
+        raise ValueError(f"attn_fwd: at most {MAX_GRID_YZ} query heads and batch entries a launch, got Hq={Hq}, B={B}")
+
+
+def problem(q, k, v, out, lse, *, causal=False, scale=None) -> Problem:
+    """Validate the arguments (module docstring); ``scale`` a positive finite float or None."""
+    expect_array(q, "q", dtype=bf16(), ndim=4)
+    B, Hq, Sq, D = (int(s) for s in q.shape)
+    expect_array(k, "k", dtype=bf16(), ndim=4)
+    if int(k.shape[0]) != B or int(k.shape[3]) != D:
+        raise ValueError(f"k: expected shape ({B}, Hkv, Sk, {D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}")
+    Hkv, Sk = int(k.shape[1]), int(k.shape[2])
+    expect_array(v, "v", dtype=bf16(), shape=(B, Hkv, Sk, D))
+    expect_array(out, "out", dtype=bf16(), shape=(B, Hq, Sq, D))
+    expect_array(lse, "lse", dtype=np.float32, shape=(B, Hq, Sq))
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal: expected True or False, got {causal!r}")
+    check_sizes(B, Hq, Hkv, Sq, Sk, D)
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not (
+            math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale: expected a positive finite number or None (1/sqrt(D)), got {scale!r}")
+    expect_same_device(q, k, v, out, lse)
+    return Problem(B, Hq, Hkv, Sq, Sk, D, bool(causal), float(scale), q, k, v, out, lse)
+
+
+def visible_keys(Sq: int, Sk: int, causal: bool):
+    """Per query row, how many keys it sees (keys 0 .. n - 1): Sk, or i + Sk - Sq + 1 clipped to [0, Sk]."""
+    i = np.arange(Sq)
+    return np.clip(i + Sk - Sq + 1, 0, Sk) if causal else np.full(Sq, Sk)
+
+
+def reference(q, k, v, *, causal: bool = False, scale: float | None = None):
+    """(out, lse) in float64 from the bf16 inputs (NumPy or CuPy, as the inputs): the softmax of the masked scaled
+    scores times v; rows that see no key get out = 0, lse = -inf."""
+    xp = array_module(q)
+    B, Hq, Sq, D = (int(s) for s in q.shape)
+    Hkv, Sk = int(k.shape[1]), int(k.shape[2])
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    qf, kf, vf = (a.astype(xp.float64) for a in (q, k, v))
+    kf, vf = (xp.repeat(a, Hq // Hkv, axis=1) for a in (kf, vf))          # key/value head of each query head
+    s = scale * qf @ kf.transpose(0, 1, 3, 2)                             # [B, Hq, Sq, Sk]
+    seen = xp.asarray(visible_keys(Sq, Sk, causal))
+    mask = xp.arange(Sk)[None, :] < seen[:, None]                          # [Sq, Sk]
+    s = xp.where(mask, s, -xp.inf)
+    m = s.max(axis=-1, keepdims=True)
+    m_safe = xp.where(xp.isfinite(m), m, 0.0)
+    p = xp.exp(s - m_safe)
+    l = p.sum(axis=-1, keepdims=True)
+    out = xp.where(l > 0, (p @ vf) / xp.where(l > 0, l, 1.0), 0.0)
+    lse = xp.where(l[..., 0] > 0, m_safe[..., 0] + xp.log(xp.where(l[..., 0] > 0, l[..., 0], 1.0)), -xp.inf)
+    return out, lse
+
+
+def flops(B: int, Hq: int, Sq: int, Sk: int, D: int, causal: bool) -> float:
+    """The two matrix products' FLOPs over the keys each row sees (4 D per query-key pair)."""
+    return 4.0 * B * Hq * D * float(visible_keys(Sq, Sk, causal).sum())
+
+
+# --- the plans -----------------------------------------------------------------------------------------
+
+def plan_v0(p: Problem, config=None) -> list[Launch]:
+    return [Launch(f"attn_fwd_scalar<{p.D}, {V0_BR}, {V0_BC}>", (ceil_div(p.Sq, V0_BR), p.Hq, p.B), (V0_BR, 1, 1),
+                   (p.q, p.k, p.v, p.out, p.lse, np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.Sq), np.int32(p.Sk),
+                    np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E)))]
+
+
+ATTN_FWD = Registry("attn_fwd", problem, [
+    Version("attn_fwd_v0_scalar", "the tiled algorithm with the online softmax on CUDA cores: one thread per "
+            "query row, K and V tiles staged in shared memory, S and P kept in the thread", V0_SOURCE, plan_v0,
+            snippet="attn_fwd_v0"),
+])

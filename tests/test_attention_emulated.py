@@ -1,0 +1,117 @@
+"""The FlashAttention forward versions (kernels/attention, chapter 15) run on the CPU through tests/emu (one OS
+thread per CUDA thread, real block barriers): a generated driver launches each version as its plan says on odd
+lengths, GQA, Sq != Sk with bottom-right causal rows that see no key, with out and lse NaN-poisoned, against a
+float64 reference of the bf16 inputs computed in the driver. tests/gpu/test_attention.py is the real thing.
+Skipped without g++ (C++20)."""
+import numpy as np
+
+from kernels import attention as A
+from tests.build_helpers import run_emulated_driver
+from tests.fakes import FakeDeviceArray
+from utils.arrays import bf16
+from utils.paths import KERNELS
+
+# (B, Hq, Hkv, Sq, Sk, D, causal)
+CASES = [(1, 1, 1, 1, 1, 64, False), (1, 2, 1, 17, 17, 64, True), (2, 2, 2, 70, 33, 64, True),
+         (1, 1, 1, 5, 100, 128, True), (1, 4, 2, 40, 40, 128, False), (1, 1, 1, 65, 65, 64, True)]
+
+DRIVER_HEAD = r"""
+#include "cuda_emu.h"
+#include "cuda_bf16.h"
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+#include "v00_scalar.cu"
+
+static int runs = 0, fails = 0;
+
+template <class Launch>
+void check(const char* what, int B, int Hq, int Hkv, int Sq, int Sk, int D, bool causal, float scale, Launch launch) {
+    std::mt19937 g(B * 7919 + Hq * 131 + Sq * 31 + Sk * 7 + D + causal);
+    std::normal_distribution<float> nd;
+    auto draw = [&](size_t n) { std::vector<__nv_bfloat16> x(n); for (auto& e : x) e = __float2bfloat16(nd(g)); return x; };
+    auto q = draw((size_t)B * Hq * Sq * D), k = draw((size_t)B * Hkv * Sk * D), v = draw((size_t)B * Hkv * Sk * D);
+    std::vector<__nv_bfloat16> out((size_t)B * Hq * Sq * D + 8, __float2bfloat16(NAN));
+    std::vector<float> lse((size_t)B * Hq * Sq + 8, NAN);
+    launch(q.data(), k.data(), v.data(), out.data(), lse.data());
+    int bad = 0;
+    double num = 0, den = 0, lse_err = 0;
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hq; ++h) {
+            const int gk = h / (Hq / Hkv);
+            for (int i = 0; i < Sq; ++i) {
+                const int seen = causal ? std::max(0, std::min(Sk, i + Sk - Sq + 1)) : Sk;
+                const size_t row = ((size_t)b * Hq + h) * Sq + i;
+                std::vector<double> s(seen);
+                double m = -INFINITY;
+                for (int j = 0; j < seen; ++j) {
+                    double acc = 0;
+                    for (int d = 0; d < D; ++d)
+                        acc += (double)__bfloat162float(q[row * D + d]) *
+                               __bfloat162float(k[(((size_t)b * Hkv + gk) * Sk + j) * D + d]);
+                    s[j] = scale * acc;
+                    m = std::max(m, s[j]);
+                }
+                double l = 0;
+                for (int j = 0; j < seen; ++j) l += std::exp(s[j] - m);
+                for (int d = 0; d < D; ++d) {
+                    double r = 0;
+                    for (int j = 0; j < seen; ++j)
+                        r += std::exp(s[j] - m) * __bfloat162float(v[(((size_t)b * Hkv + gk) * Sk + j) * D + d]);
+                    r = seen ? r / l : 0.0;
+                    const float got = __bfloat162float(out[row * D + d]);
+                    if (!std::isfinite(got)) ++bad;
+                    num += (got - r) * (got - r);
+                    den += r * r;
+                }
+                const double want = seen ? m + std::log(l) : -INFINITY;
+                if (seen ? !(std::fabs(lse[row] - want) <= 1e-4 * (1 + std::fabs(want))) : !(std::isinf(lse[row]) && lse[row] < 0))
+                    ++bad, lse_err = std::max(lse_err, (double)std::fabs(lse[row] - want));
+            }
+        }
+    for (size_t e = (size_t)B * Hq * Sq * D; e < out.size(); ++e) bad += !std::isnan(__bfloat162float(out[e]));
+    for (size_t e = (size_t)B * Hq * Sq; e < lse.size(); ++e) bad += !std::isnan(lse[e]);
+    ++runs;
+    const double rel = std::sqrt(num / (den + 1e-30));
+    if (bad || rel > 8e-3) {                           // bf16 output: about 2^-8 relative
+        ++fails;
+        std::printf("FAIL %s: relative L2 error of out %g, %d bad elements (worst lse error %g)\n", what, rel, bad, lse_err);
+    }
+}
+
+int main() {
+"""
+
+DRIVER_TAIL = r"""
+    std::printf("%d runs, %d failures\n", runs, fails);
+    return fails != 0;
+}
+"""
+
+
+def fake(B, Hq, Hkv, Sq, Sk, D):
+    shapes = [((B, Hq, Sq, D), bf16()), ((B, Hkv, Sk, D), bf16()), ((B, Hkv, Sk, D), bf16()),
+              ((B, Hq, Sq, D), bf16()), ((B, Hq, Sq), np.float32)]
+    return [FakeDeviceArray(s, d, ptr=(i + 1) << 36) for i, (s, d) in enumerate(shapes)]
+
+
+def driver() -> tuple[str, int]:
+    lines = []
+    for v in A.ATTN_FWD.values():
+        for B, Hq, Hkv, Sq, Sk, D, causal in CASES:
+            p = v.validate(*fake(B, Hq, Hkv, Sq, Sk, D), causal=causal)
+            (ln,) = v.launches(p)
+            rest = ", ".join(str(int(a)) if isinstance(a, np.integer) else f"{float(a)!r}f" for a in ln.args[5:])
+            what = f"{v.label} {ln.kernel} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Sk{Sk} D{D} causal={causal}"
+            lines.append(
+                f'    check("{what}", {B}, {Hq}, {Hkv}, {Sq}, {Sk}, {D}, {str(causal).lower()}, {p.scale!r}f, '
+                f'[&](auto* q, auto* k, auto* v, auto* o, auto* l) {{ emu_launch({ln.kernel}, '
+                f'dim3e{{{", ".join(map(str, ln.grid))}}}, dim3e{{{", ".join(map(str, ln.block))}}}, '
+                f'(const __nv_bfloat16*)q, (const __nv_bfloat16*)k, (const __nv_bfloat16*)v, o, l, {rest}); }});')
+    return DRIVER_HEAD + "\n".join(lines) + DRIVER_TAIL, len(lines)
+
+
+def test_every_version_on_the_cpu(tmp_path):
+    src, n = driver()
+    run_emulated_driver(tmp_path, src, n, [KERNELS / 'attention', KERNELS / 'include'])
