@@ -13,7 +13,8 @@ from utils.paths import KERNELS
 
 # (B, Hq, Hkv, Sq, Sk, D, causal)
 CASES = [(1, 1, 1, 1, 1, 64, False), (1, 2, 1, 17, 17, 64, True), (2, 2, 2, 70, 33, 64, True),
-         (1, 1, 1, 5, 100, 128, True), (1, 4, 2, 40, 40, 128, False), (1, 1, 1, 65, 65, 64, True)]
+         (1, 1, 1, 5, 100, 128, True), (1, 4, 2, 40, 40, 128, False), (1, 1, 1, 65, 65, 64, True),
+         (1, 1, 1, 3, 300, 64, False)]                   # five key tiles of v1: the rescale by alpha matters
 
 DRIVER_HEAD = r"""
 #include "cuda_emu.h"
@@ -22,7 +23,7 @@ DRIVER_HEAD = r"""
 #include <cstdio>
 #include <random>
 #include <vector>
-#include "v00_scalar.cu"
+%(includes)s
 
 static int runs = 0, fails = 0;
 
@@ -76,7 +77,7 @@ void check(const char* what, int B, int Hq, int Hkv, int Sq, int Sk, int D, bool
     const double rel = std::sqrt(num / (den + 1e-30));
     if (bad || rel > 8e-3) {                           // bf16 output: about 2^-8 relative
         ++fails;
-        std::printf("FAIL %s: relative L2 error of out %g, %d bad elements (worst lse error %g)\n", what, rel, bad, lse_err);
+        std::printf("FAIL %%s: relative L2 error of out %%g, %%d bad elements (worst lse error %%g)\n", what, rel, bad, lse_err);
     }
 }
 
@@ -97,8 +98,9 @@ def fake(B, Hq, Hkv, Sq, Sk, D):
 
 
 def driver() -> tuple[str, int]:
-    lines = []
+    lines, files = [], []
     for v in A.ATTN_FWD.values():
+        files.append(v.source.file.split("/")[-1])
         for B, Hq, Hkv, Sq, Sk, D, causal in CASES:
             p = v.validate(*fake(B, Hq, Hkv, Sq, Sk, D), causal=causal)
             (ln,) = v.launches(p)
@@ -109,7 +111,8 @@ def driver() -> tuple[str, int]:
                 f'[&](auto* q, auto* k, auto* v, auto* o, auto* l) {{ emu_launch({ln.kernel}, '
                 f'dim3e{{{", ".join(map(str, ln.grid))}}}, dim3e{{{", ".join(map(str, ln.block))}}}, '
                 f'(const __nv_bfloat16*)q, (const __nv_bfloat16*)k, (const __nv_bfloat16*)v, o, l, {rest}); }});')
-    return DRIVER_HEAD + "\n".join(lines) + DRIVER_TAIL, len(lines)
+    includes = "\n".join(f'#include "{f}"' for f in dict.fromkeys(files))
+    return DRIVER_HEAD % {"includes": includes} + "\n".join(lines) + DRIVER_TAIL, len(lines)
 
 
 def test_every_version_on_the_cpu(tmp_path):

@@ -88,6 +88,12 @@ def test_problem_and_plan():
     assert float(ln.args[-1]) == pytest.approx(1 / 8 * 1.4426950408889634)
 
 
+def test_plan_v1():
+    v1 = A.ATTN_FWD["v1_mma"]
+    (ln,) = v1.launches(v1.validate(*arrays(Sq=130, D=128)))
+    assert ln.kernel == "attn_fwd_mma<128, 64>" and ln.grid == (3, 4, 2) and ln.block == (128, 1, 1)
+
+
 @pytest.mark.parametrize("over, match", [
     ({"q": FakeDeviceArray((2, 4, 33, 64), np.float16)}, "q: expected dtype bfloat16"),
     ({"k": FakeDeviceArray((2, 2, 70, 128), bf16())}, "k: expected shape"),

@@ -13,7 +13,8 @@ keywords ``causal=False, scale=None`` (None: ``1 / sqrt(D)``):
   query sees every key. A row that sees no key (``i + Sk - Sq < 0``) gets ``out = 0`` and ``lse = -inf``.
 
 Versions (one .cu file each, ``// [[snippet: attn_fwd_vN]]``): v0 ``scalar``, the tiled online-softmax algorithm on
-CUDA cores, one thread per query row. Importing this package never needs a GPU.
+CUDA cores, one thread per query row; v1 ``mma``, both products on mma.sync with S and P in registers
+(fa2_common.cuh holds what the tensor-core versions share). Importing this package never needs a GPU.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ LOG2E = 1.4426950408889634
 V0_BR, V0_BC = 64, 32            # v0: query rows per block (one per thread), keys per staged tile
 V0_SOURCE = KernelSource("attention/v00_scalar.cu",
                          name_expressions=tuple(f"attn_fwd_scalar<{d}, {V0_BR}, {V0_BC}>" for d in HEAD_DIMS))
+V1_BR, V1_BC = 64, 64            # v1: query rows per block (16 a warp, 4 warps), keys per staged tile
+V1_SOURCE = KernelSource("attention/v01_mma.cu", requires=("bf16-mma",),
+                         name_expressions=tuple(f"attn_fwd_mma<{d}, {V1_BC}>" for d in HEAD_DIMS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +139,17 @@ def plan_v0(p: Problem, config=None) -> list[Launch]:
                     np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E)))]
 
 
+def plan_v1(p: Problem, config=None) -> list[Launch]:
+    return [Launch(f"attn_fwd_mma<{p.D}, {V1_BC}>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B), (128, 1, 1),
+                   (p.q, p.k, p.v, p.out, p.lse, np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.Sq), np.int32(p.Sk),
+                    np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E)))]
+
+
 ATTN_FWD = Registry("attn_fwd", problem, [
     Version("attn_fwd_v0_scalar", "the tiled algorithm with the online softmax on CUDA cores: one thread per "
             "query row, K and V tiles staged in shared memory, S and P kept in the thread", V0_SOURCE, plan_v0,
             snippet="attn_fwd_v0"),
+    Version("attn_fwd_v1_mma", "both products on mma.sync.m16n8k16 over 4 warps of 16 query rows: S and P stay in "
+            "registers, P's accumulators are the A fragments of P V", V1_SOURCE, plan_v1, parent="v0_scalar",
+            snippet="attn_fwd_v1"),
 ])
