@@ -94,6 +94,13 @@ def test_plan_v1():
     assert ln.kernel == "attn_fwd_mma<128, 64>" and ln.grid == (3, 4, 2) and ln.block == (128, 1, 1)
 
 
+@pytest.mark.parametrize("D, kernel", [(64, "attn_fwd_pipeline<64, 64>"), (128, "attn_fwd_pipeline<128, 32>")])
+def test_plan_v2(D, kernel):
+    v2 = A.ATTN_FWD["v2_pipeline"]
+    (ln,) = v2.launches(v2.validate(*arrays(Sq=64, D=D)))
+    assert ln.kernel == kernel and ln.grid == (1, 4, 2) and ln.block == (128, 1, 1)
+
+
 @pytest.mark.parametrize("over, match", [
     ({"q": FakeDeviceArray((2, 4, 33, 64), np.float16)}, "q: expected dtype bfloat16"),
     ({"k": FakeDeviceArray((2, 2, 70, 128), bf16())}, "k: expected shape"),

@@ -14,7 +14,8 @@ keywords ``causal=False, scale=None`` (None: ``1 / sqrt(D)``):
 
 Versions (one .cu file each, ``// [[snippet: attn_fwd_vN]]``): v0 ``scalar``, the tiled online-softmax algorithm on
 CUDA cores, one thread per query row; v1 ``mma``, both products on mma.sync with S and P in registers
-(fa2_common.cuh holds what the tensor-core versions share). Importing this package never needs a GPU.
+(fa2_common.cuh holds what the tensor-core versions share); v2 ``pipeline``, cp.async into swizzled shared memory,
+ldmatrix, K and V double-buffered. Importing this package never needs a GPU.
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ V0_SOURCE = KernelSource("attention/v00_scalar.cu",
 V1_BR, V1_BC = 64, 64            # v1: query rows per block (16 a warp, 4 warps), keys per staged tile
 V1_SOURCE = KernelSource("attention/v01_mma.cu", requires=("bf16-mma",),
                          name_expressions=tuple(f"attn_fwd_mma<{d}, {V1_BC}>" for d in HEAD_DIMS))
+V2_BC = {64: 64, 128: 32}         # v2: keys per tile, so that Q and two stages of K and V fit 48 KB of static smem
+V2_SOURCE = KernelSource("attention/v02_pipeline.cu", requires=("bf16-mma", "cp.async"),
+                         name_expressions=tuple(f"attn_fwd_pipeline<{d}, {V2_BC[d]}>" for d in HEAD_DIMS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +149,12 @@ def plan_v1(p: Problem, config=None) -> list[Launch]:
                     np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E)))]
 
 
+def plan_v2(p: Problem, config=None) -> list[Launch]:
+    return [Launch(f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B), (128, 1, 1),
+                   (p.q, p.k, p.v, p.out, p.lse, np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.Sq), np.int32(p.Sk),
+                    np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E)))]
+
+
 ATTN_FWD = Registry("attn_fwd", problem, [
     Version("attn_fwd_v0_scalar", "the tiled algorithm with the online softmax on CUDA cores: one thread per "
             "query row, K and V tiles staged in shared memory, S and P kept in the thread", V0_SOURCE, plan_v0,
@@ -152,4 +162,7 @@ ATTN_FWD = Registry("attn_fwd", problem, [
     Version("attn_fwd_v1_mma", "both products on mma.sync.m16n8k16 over 4 warps of 16 query rows: S and P stay in "
             "registers, P's accumulators are the A fragments of P V", V1_SOURCE, plan_v1, parent="v0_scalar",
             snippet="attn_fwd_v1"),
+    Version("attn_fwd_v2_pipeline", "Q, K, V tiles by 16-byte cp.async into XOR-swizzled shared memory, fragments by "
+            "ldmatrix (V transposed), K and V double-buffered", V2_SOURCE, plan_v2, parent="v1_mma",
+            snippet="attn_fwd_v2"),
 ])
