@@ -137,22 +137,25 @@ def flops(B: int, Hq: int, Sq: int, Sk: int, D: int, causal: bool) -> float:
 
 # --- the plans -----------------------------------------------------------------------------------------
 
+def kernel_args(p: Problem) -> tuple:
+    """What every version's kernel takes, in order (scale_log2 = scale log2(e) for exp2f)."""
+    return (p.q, p.k, p.v, p.out, p.lse, np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.Sq), np.int32(p.Sk),
+            np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E))
+
+
 def plan_v0(p: Problem, config=None) -> list[Launch]:
     return [Launch(f"attn_fwd_scalar<{p.D}, {V0_BR}, {V0_BC}>", (ceil_div(p.Sq, V0_BR), p.Hq, p.B), (V0_BR, 1, 1),
-                   (p.q, p.k, p.v, p.out, p.lse, np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.Sq), np.int32(p.Sk),
-                    np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E)))]
+                   kernel_args(p))]
 
 
 def plan_v1(p: Problem, config=None) -> list[Launch]:
     return [Launch(f"attn_fwd_mma<{p.D}, {V1_BC}>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B), (128, 1, 1),
-                   (p.q, p.k, p.v, p.out, p.lse, np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.Sq), np.int32(p.Sk),
-                    np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E)))]
+                   kernel_args(p))]
 
 
 def plan_v2(p: Problem, config=None) -> list[Launch]:
     return [Launch(f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B), (128, 1, 1),
-                   (p.q, p.k, p.v, p.out, p.lse, np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.Sq), np.int32(p.Sk),
-                    np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E)))]
+                   kernel_args(p))]
 
 
 ATTN_FWD = Registry("attn_fwd", problem, [

@@ -29,6 +29,26 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+template <int NT>
+__device__ __forceinline__ void fa2_zero(float (&acc)[NT][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+}
+
+// Scores of keys this thread's rows do not see become -inf: key j0 + 8n + 2t (+1) against row g's (lim[0]) and
+// row g + 8's (lim[1]) visible-key counts (attn_visible; keys past Sk are never visible).
+template <int NT>
+__device__ __forceinline__ void fa2_mask(float (&s)[NT][4], int j0, const int (&lim)[2]) {
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (j0 + 8 * n + 2 * t + (e & 1) >= lim[e >> 1]) s[n][e] = SOFTMAX_NEG_INF;
+}
+
 // [[snippet: fa2_softmax_tile]]
 // One key tile of the online softmax for this thread's two rows (h = 0: row g, 1: row g + 8). s holds the raw
 // scores of NT n8 tiles, already -inf where masked. Each row's max is taken over its quad, so the four lanes agree

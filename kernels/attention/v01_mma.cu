@@ -43,10 +43,7 @@ attn_fwd_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restric
 
     SoftmaxState st[2] = {softmax_state_empty(), softmax_state_empty()};
     float o[OT][4];
-#pragma unroll
-    for (int n = 0; n < OT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+    fa2_zero(o);
     for (int j0 = 0; j0 < block_limit; j0 += BC) {
         __syncthreads();                                         // every warp is done with the previous tile
         for (int e = threadIdx.x; e < BC * D / 2; e += 128) {    // K and V rows j0 .. j0 + BC - 1, zeros past Sk
@@ -58,18 +55,14 @@ attn_fwd_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restric
         }
         __syncthreads();
         float s[NT][4];                                          // S = Q K^T: B[k][n] = K[n][k], a row of K
+        fa2_zero(s);
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+        for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int kk = 0; kk < KT; ++kk)
                 mma_m16n8k16_bf16(s[n], qa[kk], *reinterpret_cast<const unsigned*>(&ks[8 * n + g][16 * kk + 2 * t]),
                                   *reinterpret_cast<const unsigned*>(&ks[8 * n + g][16 * kk + 2 * t + 8]));
-#pragma unroll
-            for (int e = 0; e < 4; ++e)                          // masked keys (and keys past Sk) score -inf
-                if (j0 + 8 * n + 2 * t + (e & 1) >= lim[e >> 1]) s[n][e] = SOFTMAX_NEG_INF;
-        }
+        fa2_mask(s, j0, lim);                                    // masked keys (and keys past Sk) score -inf
         fa2_softmax_tile<NT, OT>(s, st, o, scale_log2);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk) {                   // O += P V, 16 keys at a time

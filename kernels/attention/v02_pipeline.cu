@@ -36,7 +36,7 @@ attn_fwd_pipeline(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __re
     __shared__ __align__(128) __nv_bfloat16 ks[2][BC * D];
     __shared__ __align__(128) __nv_bfloat16 vs[2][BC * D];
     const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const int row0 = blockIdx.x * BR, wrow = row0 + 16 * warp;
     const __nv_bfloat16* q_head = q + ((size_t)b * Hq + h) * Sq * D;
     const __nv_bfloat16* k_head = k + ((size_t)b * Hkv + kvh) * Sk * D;
@@ -52,10 +52,7 @@ attn_fwd_pipeline(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __re
     cp_async_commit();
     SoftmaxState st[2] = {softmax_state_empty(), softmax_state_empty()};
     float o[OT][4];
-#pragma unroll
-    for (int n = 0; n < OT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+    fa2_zero(o);
     unsigned qa[KT][4];
     for (int j = 0; j < tiles; ++j) {
         const int cur = j & 1;
@@ -71,10 +68,7 @@ attn_fwd_pipeline(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __re
             for (int kk = 0; kk < KT; ++kk)                      // lanes 0-15: rows at k-chunk 2kk; 16-31: 2kk + 1
                 ldmatrix_x4(qa[kk], qs + fa2_swz<D>(16 * warp + lane % 16, 16 * kk + 8 * (lane / 16)));
         float s[NT][4];
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+        fa2_zero(s);
 #pragma unroll
         for (int kk = 0; kk < KT; ++kk)
 #pragma unroll
@@ -85,12 +79,7 @@ attn_fwd_pipeline(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __re
                 mma_m16n8k16_bf16(s[n], qa[kk], kb[0], kb[1]);
                 mma_m16n8k16_bf16(s[n + 1], qa[kk], kb[2], kb[3]);
             }
-        const int j0 = j * BC;
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                if (j0 + 8 * n + 2 * t + (e & 1) >= lim[e >> 1]) s[n][e] = SOFTMAX_NEG_INF;
+        fa2_mask(s, j * BC, lim);
         fa2_softmax_tile<NT, OT>(s, st, o, scale_log2);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk) {
