@@ -94,10 +94,12 @@ def test_plan_v1():
     assert ln.kernel == "attn_fwd_mma<128, 64>" and ln.grid == (3, 4, 2) and ln.block == (128, 1, 1)
 
 
-@pytest.mark.parametrize("D, kernel", [(64, "attn_fwd_pipeline<64, 64>"), (128, "attn_fwd_pipeline<128, 32>")])
-def test_plan_v2(D, kernel):
-    v2 = A.ATTN_FWD["v2_pipeline"]
-    (ln,) = v2.launches(v2.validate(*arrays(Sq=64, D=D)))
+@pytest.mark.parametrize("label, D, kernel", [("v2_pipeline", 64, "attn_fwd_pipeline<64, 64, false>"),
+                                              ("v2_pipeline", 128, "attn_fwd_pipeline<128, 32, false>"),
+                                              ("v3_edge_mask", 128, "attn_fwd_pipeline<128, 32, true>")])
+def test_plan_v2_v3(label, D, kernel):
+    v = A.ATTN_FWD[label]
+    (ln,) = v.launches(v.validate(*arrays(Sq=64, D=D)))
     assert ln.kernel == kernel and ln.grid == (1, 4, 2) and ln.block == (128, 1, 1)
 
 

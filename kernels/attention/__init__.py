@@ -15,7 +15,7 @@ keywords ``causal=False, scale=None`` (None: ``1 / sqrt(D)``):
 Versions (one .cu file each, ``// [[snippet: attn_fwd_vN]]``): v0 ``scalar``, the tiled online-softmax algorithm on
 CUDA cores, one thread per query row; v1 ``mma``, both products on mma.sync with S and P in registers
 (fa2_common.cuh holds what the tensor-core versions share); v2 ``pipeline``, cp.async into swizzled shared memory,
-ldmatrix, K and V double-buffered. Importing this package never needs a GPU.
+ldmatrix, K and V double-buffered; v3 ``edge_mask``, the same kernel masking only the tiles that need it. Importing this package never needs a GPU.
 """
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ V1_SOURCE = KernelSource("attention/v01_mma.cu", requires=("bf16-mma",),
                          name_expressions=tuple(f"attn_fwd_mma<{d}, {V1_BC}>" for d in HEAD_DIMS))
 V2_BC = {64: 64, 128: 32}         # v2: keys per tile, so that Q and two stages of K and V fit 48 KB of static smem
 V2_SOURCE = KernelSource("attention/v02_pipeline.cu", requires=("bf16-mma", "cp.async"),
-                         name_expressions=tuple(f"attn_fwd_pipeline<{d}, {V2_BC[d]}>" for d in HEAD_DIMS))
+                         name_expressions=tuple(f"attn_fwd_pipeline<{d}, {V2_BC[d]}, {edge}>"
+                                                for d in HEAD_DIMS for edge in ("false", "true")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +155,13 @@ def plan_v1(p: Problem, config=None) -> list[Launch]:
 
 
 def plan_v2(p: Problem, config=None) -> list[Launch]:
-    return [Launch(f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B), (128, 1, 1),
-                   kernel_args(p))]
+    return [Launch(f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}, false>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B),
+                   (128, 1, 1), kernel_args(p))]
+
+
+def plan_v3(p: Problem, config=None) -> list[Launch]:
+    return [Launch(f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}, true>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B),
+                   (128, 1, 1), kernel_args(p))]
 
 
 ATTN_FWD = Registry("attn_fwd", problem, [
@@ -168,4 +174,7 @@ ATTN_FWD = Registry("attn_fwd", problem, [
     Version("attn_fwd_v2_pipeline", "Q, K, V tiles by 16-byte cp.async into XOR-swizzled shared memory, fragments by "
             "ldmatrix (V transposed), K and V double-buffered", V2_SOURCE, plan_v2, parent="v1_mma",
             snippet="attn_fwd_v2"),
+    Version("attn_fwd_v3_edge_mask", "v2 masking only the tiles that cross a row's last visible key (causal "
+            "diagonal tiles, the tile holding Sk): v2's kernel with EDGE_MASK_ONLY", V2_SOURCE, plan_v3,
+            parent="v2_pipeline", snippet="attn_fwd_v2"),
 ])

@@ -5,6 +5,8 @@
 // (V is [keys][d], P V needs it k-major: the transposing load delivers B[k][n] = V[k][n] as the mma wants it). K
 // and V are double-buffered: the copies of tile j + 1 run while the warps compute tile j. Static shared memory
 // (48 KB at most): Q and two stages of K and V, BC = 64 keys a tile at D = 64 and 32 at D = 128.
+// EDGE_MASK_ONLY (v3): only the tiles that cross some row's last visible key are masked: the diagonal tiles of a
+// causal block and the tile that holds Sk. The tiles above the diagonal are never loaded, by every version.
 #include "fa2_common.cuh"
 #include "ldmatrix_sm80.cuh"
 
@@ -26,7 +28,7 @@ __device__ __forceinline__ void fa2_load_tile(__nv_bfloat16* tile, const __nv_bf
 }
 
 // [[snippet: attn_fwd_v2]]
-template <int D, int BC>
+template <int D, int BC, bool EDGE_MASK_ONLY>
 __global__ void __launch_bounds__(128)
 attn_fwd_pipeline(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                   const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out, float* __restrict__ lse,
@@ -43,6 +45,7 @@ attn_fwd_pipeline(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __re
     const __nv_bfloat16* v_head = v + ((size_t)b * Hkv + kvh) * Sk * D;
     const int lim[2] = {attn_visible(wrow + g, Sq, Sk, causal), attn_visible(wrow + g + 8, Sq, Sk, causal)};
     const int tiles = (attn_visible(min(row0 + BR, Sq) - 1, Sq, Sk, causal) + BC - 1) / BC;
+    const int fewest = attn_visible(row0, Sq, Sk, causal);    // keys the block's first row sees: the fewest
 
     fa2_load_tile<BR, D>(qs, q_head, row0, Sq);                  // group 0: Q and the first K, V tile
     if (tiles > 0) {
@@ -79,7 +82,7 @@ attn_fwd_pipeline(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __re
                 mma_m16n8k16_bf16(s[n], qa[kk], kb[0], kb[1]);
                 mma_m16n8k16_bf16(s[n + 1], qa[kk], kb[2], kb[3]);
             }
-        fa2_mask(s, j * BC, lim);
+        if (!EDGE_MASK_ONLY || (j + 1) * BC > fewest) fa2_mask(s, j * BC, lim);
         fa2_softmax_tile<NT, OT>(s, st, o, scale_log2);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk) {
