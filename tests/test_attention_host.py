@@ -134,3 +134,31 @@ def test_rejects_bad_keywords(kw, match):
 def test_rejects_sizes_past_int32():
     with pytest.raises(ValueError, match="2\\^31"):
         A.check_sizes(1, 1, 1, 2**24, 1, 128)
+
+
+def test_bench_shapes_follow_the_paper():
+    from kernels.attention import ladders as L
+    shapes = L.bench_shapes(128, True)
+    assert shapes[0] == (16, 16, 16, 1024, 1024, 128, 1) and shapes[-1] == (1, 16, 16, 16384, 16384, 128, 1)
+    assert all(B * S == 16384 and H * D == 2048 for B, H, _, S, _, D, _ in shapes)
+    with pytest.raises(ValueError, match="bench_shapes"):
+        L.bench_shapes(96, False)
+    assert L.cost((1, 2, 2, 3, 3, 64, 1), "bfloat16") == A.flops(1, 2, 3, 3, 64, True)
+
+
+def test_ladder_odd_shapes_are_valid_problems():
+    from kernels.attention import ladders as L
+    for B, Hq, Hkv, Sq, Sk, D, causal in L.ODD:
+        A.check_sizes(B, Hq, Hkv, Sq, Sk, D)
+        assert causal in (0, 1)
+    assert any(c and Sq > Sk for _, _, _, Sq, Sk, _, c in L.ODD)      # rows that see no key
+    assert any(Hq != Hkv for _, Hq, Hkv, *_ in L.ODD)                 # GQA / MQA
+
+
+def test_memory_and_io_models():
+    from kernels.attention import ladders as L
+    m = L.attention_memory_bytes(1, 1, 1024, 64)
+    assert m["fused"] == 4 * 1024 * 64 * 2 and m["unfused"] - m["fused"] == 1024 * 1024 * 6
+    small, big = (L.io_bytes_tiled(4096, 128, s) for s in (48 * 1024, 96 * 1024))
+    assert small > big > 4 * 4096 * 128 * 2 * 0.5          # more shared memory, fewer K/V re-reads
+    assert L.io_bytes_tiled(8192, 128, 48 * 1024) / L.io_bytes_tiled(4096, 128, 48 * 1024) > 3.5   # ~S^2

@@ -64,3 +64,15 @@ def test_large_logits_stay_finite(version):
     case = (1, 2, 1, 257, 300, 64, True)
     seed = _seed(version, "large", case)
     _check(*_run(version, *case, seed, magnitude=30.0), f"{version} large logits (seed {seed})")
+
+
+@pytest.mark.parametrize("peer", ["torch.sdpa.flash", "torch.sdpa.cudnn"])
+def test_sdpa_peers_match_the_reference(peer):
+    """The ladder's peers run the backend they name on the case's arrays and agree with the reference."""
+    pytest.importorskip("torch")
+    from kernels.attention import ladders as L
+    from utils.check import assert_close
+    from utils.ladder import peer_output
+    case = L.make((2, 4, 4, 256, 256, 128, 1), "bfloat16", np.random.default_rng(_seed(peer)))
+    got = L.PEERS[peer](case)()
+    assert_close(peer_output(got), L.ladder_reference(case), dtype="bfloat16", name=peer)
