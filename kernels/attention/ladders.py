@@ -59,7 +59,6 @@ def sdpa_peer(backend: str):
     """A peer factory: PyTorch SDPA with only ``backend`` ("FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH") enabled, on
     the case's q, k, v as torch tensors (no copy); GQA through ``enable_gqa``. Raises where the backend refuses."""
     def factory(case: Case):
-        import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.functional import scaled_dot_product_attention
 
