@@ -39,8 +39,15 @@ def test_a_tool_passes_only_with_exit_0_and_no_errors(tmp_path, text, rc, passed
 
 def test_every_op_has_small_shapes_with_tails_and_tma_readable_ones():
     mod = load()
-    assert set(mod.SHAPES) == {"hgemm", "sgemm"}
-    assert any(K % 8 == 0 and N % 8 == 0 for _, N, K in mod.SHAPES["hgemm"])
-    assert all(M * N * K <= 256 * 512 * 320 for M, N, K in mod.SHAPES["hgemm"] + mod.SHAPES["sgemm"])
+    assert set(mod.SHAPES) == {"hgemm", "sgemm", "gemm_sm90", "w4a16_wgmma"}
+    for op in ("hgemm", "gemm_sm90"):                                   # (M, N, K): v4 on need TMA-readable rows
+        assert any(K % 8 == 0 and N % 8 == 0 for _, N, K in mod.SHAPES[op])
+        assert any(K % 8 or N % 8 for _, N, K in mod.SHAPES[op])        # and the fallback
+    gemms = mod.SHAPES["hgemm"] + mod.SHAPES["sgemm"] + mod.SHAPES["gemm_sm90"]
+    assert all(M * N * K <= 256 * 512 * 320 for M, N, K in gemms)
+    from kernels import w4a16_sm90 as W                                 # (M, K, N): the op's own rules
+    for M, K, N in mod.SHAPES["w4a16_wgmma"]:
+        W.check_shapes(M, K, N)
+    assert any(N % 64 for _, _, N in mod.SHAPES["w4a16_wgmma"])         # a partial n64 slice
     with pytest.raises(SystemExit, match="unknown op"):
         mod.cases("nope")
