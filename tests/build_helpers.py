@@ -75,16 +75,25 @@ def cutlass_or_skip() -> tuple[str, str]:
         pytest.skip(str(e))
 
 
-def run_emulated_driver(tmp_path: Path, source: str, runs: int, include_dirs, timeout_s: int = 600) -> None:
-    """Build ``source`` (a tests/emu driver that prints "<n> runs, <f> failures") with g++ -std=c++20 against
-    tests/emu and ``include_dirs``, run it, and assert it ran ``runs`` checks with no failure. Skips where g++ or
-    its C++20 <barrier> is missing."""
+def emu_launch_code(ln, args: str) -> str:
+    """A tests/emu launch of a plan's Launch ``ln`` with the driver's argument list ``args``."""
+    dims = lambda d: "dim3e{" + ", ".join(map(str, d)) + "}"      # noqa: E731
+    return f"emu_launch({ln.kernel}, {dims(ln.grid)}, {dims(ln.block)}, {args})"
+
+
+def run_emulated_driver(tmp_path: Path, head: str, checks, tail: str, sources, include_dirs,
+                        timeout_s: int = 600) -> None:
+    """Write a tests/emu driver: ``head`` (its ``%(includes)s`` replaced by an #include of each kernel file in
+    ``sources``, once each), the ``checks`` lines, ``tail`` (which prints "<n> runs, <f> failures"); build it with
+    g++ -std=c++20 against tests/emu and ``include_dirs``, run it, and assert it ran every check with no failure.
+    Skips where g++ or its C++20 <barrier> is missing."""
     import shutil
     import subprocess
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ is not installed: the emulated kernels need a C++20 compiler")
-    (tmp_path / "driver.cpp").write_text(source)
+    includes = "\n".join(f'#include "{Path(f).name}"' for f in dict.fromkeys(sources))
+    (tmp_path / "driver.cpp").write_text(head % {"includes": includes} + "\n".join(checks) + tail)
     emu = Path(__file__).resolve().parent / "emu"
     build = subprocess.run([gxx, "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu}",
                             *(f"-I{d}" for d in include_dirs), "driver.cpp", "-o", "driver"],
@@ -93,4 +102,4 @@ def run_emulated_driver(tmp_path: Path, source: str, runs: int, include_dirs, ti
         pytest.skip("this g++ has no <barrier> (C++20)")
     assert build.returncode == 0, build.stderr[-3000:]
     run = subprocess.run([str(tmp_path / "driver")], capture_output=True, text=True, timeout=timeout_s)
-    assert run.returncode == 0 and f"{runs} runs, 0 failures" in run.stdout, run.stdout[-3000:]
+    assert run.returncode == 0 and f"{len(checks)} runs, 0 failures" in run.stdout, run.stdout[-3000:]

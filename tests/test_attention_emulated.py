@@ -6,7 +6,7 @@ Skipped without g++ (C++20)."""
 import numpy as np
 
 from kernels import attention as A
-from tests.build_helpers import run_emulated_driver
+from tests.build_helpers import emu_launch_code, run_emulated_driver
 from tests.fakes import FakeDeviceArray
 from utils.arrays import bf16
 from utils.paths import KERNELS
@@ -97,24 +97,23 @@ def fake(B, Hq, Hkv, Sq, Sk, D):
     return [FakeDeviceArray(s, d, ptr=(i + 1) << 36) for i, (s, d) in enumerate(shapes)]
 
 
-def driver() -> tuple[str, int]:
+def checks() -> tuple[list[str], list[str]]:
+    """(kernel files, check() lines): every version on every case, launched as its plan says."""
     lines, files = [], []
     for v in A.ATTN_FWD.values():
-        files.append(v.source.file.split("/")[-1])
+        files.append(v.source.file)
         for B, Hq, Hkv, Sq, Sk, D, causal in CASES:
             p = v.validate(*fake(B, Hq, Hkv, Sq, Sk, D), causal=causal)
             (ln,) = v.launches(p)
             rest = ", ".join(str(int(a)) if isinstance(a, np.integer) else f"{float(a)!r}f" for a in ln.args[5:])
             what = f"{v.label} {ln.kernel} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Sk{Sk} D{D} causal={causal}"
-            lines.append(
-                f'    check("{what}", {B}, {Hq}, {Hkv}, {Sq}, {Sk}, {D}, {str(causal).lower()}, {p.scale!r}f, '
-                f'[&](auto* q, auto* k, auto* v, auto* o, auto* l) {{ emu_launch({ln.kernel}, '
-                f'dim3e{{{", ".join(map(str, ln.grid))}}}, dim3e{{{", ".join(map(str, ln.block))}}}, '
-                f'(const __nv_bfloat16*)q, (const __nv_bfloat16*)k, (const __nv_bfloat16*)v, o, l, {rest}); }});')
-    includes = "\n".join(f'#include "{f}"' for f in dict.fromkeys(files))
-    return DRIVER_HEAD % {"includes": includes} + "\n".join(lines) + DRIVER_TAIL, len(lines)
+            launch = emu_launch_code(ln, "(const __nv_bfloat16*)q, (const __nv_bfloat16*)k, "
+                                         f"(const __nv_bfloat16*)v, o, l, {rest}")
+            lines.append(f'    check("{what}", {B}, {Hq}, {Hkv}, {Sq}, {Sk}, {D}, {str(causal).lower()}, {p.scale!r}f, '
+                         f'[&](auto* q, auto* k, auto* v, auto* o, auto* l) {{ {launch}; }});')
+    return files, lines
 
 
 def test_every_version_on_the_cpu(tmp_path):
-    src, n = driver()
-    run_emulated_driver(tmp_path, src, n, [KERNELS / 'attention', KERNELS / 'include'])
+    files, lines = checks()
+    run_emulated_driver(tmp_path, DRIVER_HEAD, lines, DRIVER_TAIL, files, [KERNELS / "attention", KERNELS / "include"])

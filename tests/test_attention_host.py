@@ -153,12 +153,3 @@ def test_ladder_odd_shapes_are_valid_problems():
         assert causal in (0, 1)
     assert any(c and Sq > Sk for _, _, _, Sq, Sk, _, c in L.ODD)      # rows that see no key
     assert any(Hq != Hkv for _, Hq, Hkv, *_ in L.ODD)                 # GQA / MQA
-
-
-def test_memory_and_io_models():
-    from kernels.attention import ladders as L
-    m = L.attention_memory_bytes(1, 1, 1024, 64)
-    assert m["fused"] == 4 * 1024 * 64 * 2 and m["unfused"] - m["fused"] == 1024 * 1024 * 6
-    small, big = (L.io_bytes_tiled(4096, 128, s) for s in (48 * 1024, 96 * 1024))
-    assert small > big > 4 * 4096 * 128 * 2 * 0.5          # more shared memory, fewer K/V re-reads
-    assert L.io_bytes_tiled(8192, 128, 48 * 1024) / L.io_bytes_tiled(4096, 128, 48 * 1024) > 3.5   # ~S^2

@@ -7,7 +7,7 @@ without g++ (C++20)."""
 import numpy as np
 
 from kernels import sgemm as G
-from tests.build_helpers import run_emulated_driver
+from tests.build_helpers import emu_launch_code, run_emulated_driver
 from tests.fakes import FakeDeviceArray
 from utils.paths import KERNELS
 
@@ -84,11 +84,11 @@ def problem_at(shape, offs):
     return a, b, c
 
 
-def driver() -> tuple[str, int]:
-    """The C++ driver: one check() per version, config and case, launched as the version's plan says."""
+def checks() -> tuple[list[str], list[str]]:
+    """(kernel files, check() lines): one check per version, config and case, launched as the version's plan says."""
     lines, files = [], []
     for v in G.SGEMM.values():
-        files.append(v.source.file.split("/")[-1])
+        files.append(v.source.file)
         for config in (v.all_configs() or (None,)):
             for shape, offs, beta in CASES:
                 alpha = 1.0 if beta == 0 else -1.5
@@ -96,14 +96,12 @@ def driver() -> tuple[str, int]:
                 (ln,) = v.launches(p, config)
                 what = f"{v.label} {ln.kernel} {'x'.join(map(str, shape))} offsets {offs} beta {beta}"
                 M, N, K = shape
-                lines.append(
-                    f'    check("{what}", {M}, {N}, {K}, {alpha}f, {beta}f, {offs[0]}, {offs[1]}, {offs[2]}, '
-                    f'[&](float* a, float* b, float* c) {{ emu_launch({ln.kernel}, dim3e{{{", ".join(map(str, ln.grid))}}}, '
-                    f'dim3e{{{", ".join(map(str, ln.block))}}}, {M}, {N}, {K}, {alpha}f, a, b, {beta}f, c); }});')
-    includes = "\n".join(f'#include "{f}"' for f in dict.fromkeys(files))
-    return DRIVER_HEAD % {"includes": includes} + "\n".join(lines) + DRIVER_TAIL, len(lines)
+                launch = emu_launch_code(ln, f"{M}, {N}, {K}, {alpha}f, a, b, {beta}f, c")
+                lines.append(f'    check("{what}", {M}, {N}, {K}, {alpha}f, {beta}f, {offs[0]}, {offs[1]}, {offs[2]}, '
+                             f'[&](float* a, float* b, float* c) {{ {launch}; }});')
+    return files, lines
 
 
 def test_every_version_on_the_cpu(tmp_path):
-    src, n = driver()
-    run_emulated_driver(tmp_path, src, n, [KERNELS / 'sgemm'])
+    files, lines = checks()
+    run_emulated_driver(tmp_path, DRIVER_HEAD, lines, DRIVER_TAIL, files, [KERNELS / "sgemm"])

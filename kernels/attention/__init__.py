@@ -38,7 +38,8 @@ LOG2E = 1.4426950408889634
 V0_BR, V0_BC = 64, 32            # v0: query rows per block (one per thread), keys per staged tile
 V0_SOURCE = KernelSource("attention/v00_scalar.cu",
                          name_expressions=tuple(f"attn_fwd_scalar<{d}, {V0_BR}, {V0_BC}>" for d in HEAD_DIMS))
-V1_BR, V1_BC = 64, 64            # v1: query rows per block (16 a warp, 4 warps), keys per staged tile
+MMA_BR = 64                      # v1-v3: query rows per block (16 a warp, 4 warps): the kernels' BR
+V1_BC = 64                       # v1: keys per staged tile
 V1_SOURCE = KernelSource("attention/v01_mma.cu", requires=("bf16-mma",),
                          name_expressions=tuple(f"attn_fwd_mma<{d}, {V1_BC}>" for d in HEAD_DIMS))
 V2_BC = {64: 64, 128: 32}         # v2: keys per tile, so that Q and two stages of K and V fit 48 KB of static smem
@@ -149,19 +150,21 @@ def plan_v0(p: Problem, config=None) -> list[Launch]:
                    kernel_args(p))]
 
 
+def tensor_core_launch(p: Problem, kernel: str) -> list[Launch]:
+    """v1-v3: 4 warps a block, 16 query rows a warp (the kernels' BR = 64), one block per row tile and head."""
+    return [Launch(kernel, (ceil_div(p.Sq, MMA_BR), p.Hq, p.B), (128, 1, 1), kernel_args(p))]
+
+
 def plan_v1(p: Problem, config=None) -> list[Launch]:
-    return [Launch(f"attn_fwd_mma<{p.D}, {V1_BC}>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B), (128, 1, 1),
-                   kernel_args(p))]
+    return tensor_core_launch(p, f"attn_fwd_mma<{p.D}, {V1_BC}>")
 
 
 def plan_v2(p: Problem, config=None) -> list[Launch]:
-    return [Launch(f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}, false>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B),
-                   (128, 1, 1), kernel_args(p))]
+    return tensor_core_launch(p, f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}, false>")
 
 
 def plan_v3(p: Problem, config=None) -> list[Launch]:
-    return [Launch(f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}, true>", (ceil_div(p.Sq, V1_BR), p.Hq, p.B),
-                   (128, 1, 1), kernel_args(p))]
+    return tensor_core_launch(p, f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}, true>")
 
 
 ATTN_FWD = Registry("attn_fwd", problem, [

@@ -11,8 +11,6 @@ is -inf) are checked by tests/gpu/test_attention.py.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from utils.ladder import Case, Ladder
 
 from . import ATTN_FWD, flops, reference
@@ -84,19 +82,3 @@ def fwd_ladder(rec, shapes, *, peers=None, seed: int = 15) -> Ladder:
     add ``{"torch.sdpa.math": sdpa_peer("MATH")}`` where its O(S^2) memory fits)."""
     return Ladder(rec, ATTN_FWD, shapes=shapes, dtypes=["bfloat16"], make=make, reference=ladder_reference,
                   flops=cost, odd_shapes=ODD, peers=PEERS if peers is None else peers, ceiling=None, seed=seed)
-
-
-def attention_memory_bytes(B: int, H: int, S: int, D: int) -> dict:
-    """Bytes in HBM of standard (unfused) attention against the fused kernel, bf16 tensors: q, k, v, out are
-    4 B H S D x 2; the unfused path also materialises S and P, B H S^2 each (fp32 scores, bf16 probabilities)."""
-    qkvo = 4 * B * H * S * D * 2
-    return {"fused": qkvo, "unfused": qkvo + B * H * S * S * (4 + 2)}
-
-
-def io_bytes_tiled(S: int, D: int, smem_bytes: int, elem: int = 2) -> float:
-    """FlashAttention's HBM traffic per (batch, head), Theta(S^2 D^2 / M) with M the shared memory in elements:
-    K and V re-read once per query tile of M / (4 D) rows (Dao et al. 2022, Theorem 2; the constant is this
-    tiling's, one query tile and one K/V tile of the same height resident)."""
-    m = smem_bytes / elem
-    rows = max(1.0, m / (4 * D))
-    return elem * (2 * S * D + 2 * S * D * np.ceil(S / rows))

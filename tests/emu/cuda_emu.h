@@ -183,11 +183,7 @@ inline float __uint_as_float(unsigned u) {
     std::memcpy(&f, &u, 4);
     return f;
 }
-inline float __int_as_float(int i) {
-    float f;
-    std::memcpy(&f, &i, 4);
-    return f;
-}
+inline float __int_as_float(int i) { return __uint_as_float(static_cast<unsigned>(i)); }
 // Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes {y, x} (x the low four).
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const uint64_t bytes = (uint64_t(y) << 32) | x;
