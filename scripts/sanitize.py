@@ -31,6 +31,10 @@ SHAPES = {
     # slice, one group and several, stream-K splits
     "gemm_sm90": [(1, 1, 1), (37, 199, 183), (129, 264, 72), (256, 512, 320)],
     "w4a16_wgmma": [(1, 128, 32), (5, 384, 288), (17, 1152, 96), (37, 256, 1056)],
+    # chapter 15: (B, Hq, Hkv, Sq, Sk, D, causal) with partial row and key tiles, GQA, decode, causal rows that
+    # see no key (Sq > Sk)
+    "attention": [(1, 1, 1, 1, 1, 64, 0), (1, 2, 1, 17, 17, 64, 1), (1, 2, 2, 70, 130, 128, 1),
+                  (1, 2, 1, 100, 33, 128, 1), (2, 1, 1, 1, 200, 64, 1), (1, 1, 1, 65, 200, 64, 0)],
 }
 
 
@@ -54,6 +58,10 @@ def cases(op: str):
         from kernels.w4a16_sm90 import W4A16_WGMMA
         from kernels.w4a16_sm90.ladder import make, reference
         return W4A16_WGMMA, lambda s, rng: make(s, "bfloat16", rng), reference, "bfloat16"
+    if op == "attention":
+        from kernels.attention import ATTN_FWD
+        from kernels.attention.ladders import ladder_reference, make
+        return ATTN_FWD, lambda s, rng: make(s, "bfloat16", rng), ladder_reference, "bfloat16"
     raise SystemExit(f"unknown op {op!r}; expected one of {sorted(SHAPES)}")
 
 
@@ -67,7 +75,7 @@ def child(op: str) -> int:
         for shape in SHAPES[op]:
             case = make(shape, np.random.default_rng(sum(shape)))
             poison(case.out)
-            v(*case.args)
+            v(*case.args, **case.kwargs)
             assert_close(case.out, reference(case), dtype=dtype, name=f"{v.label} {shape}")
             print(f"ok {v.label} {'x'.join(map(str, shape))}", flush=True)
     return 0

@@ -3,6 +3,7 @@ fake GPU. Plain functions taking pytest's ``monkeypatch``, so every change is un
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,14 @@ def cutlass_or_skip() -> tuple[str, str]:
         return b.cutlass_include_dirs()
     except b.ToolchainMissing as e:
         pytest.skip(str(e))
+
+
+EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:][\w:\s]*?)\s+(\w+)\[\];")
+
+
+def emulated_source(path) -> str:
+    """A kernel file with its dynamic shared memory pointed at the emulator's buffer."""
+    return EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(emu_smem);", path.read_text())
 
 
 def emu_launch_code(ln, args: str) -> str:

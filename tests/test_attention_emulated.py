@@ -3,10 +3,12 @@ thread per CUDA thread, real block barriers): a generated driver launches each v
 lengths, GQA, Sq != Sk with bottom-right causal rows that see no key, with out and lse NaN-poisoned, against a
 float64 reference of the bf16 inputs computed in the driver. tests/gpu/test_attention.py is the real thing.
 Skipped without g++ (C++20)."""
+from pathlib import Path
+
 import numpy as np
 
 from kernels import attention as A
-from tests.build_helpers import emu_launch_code, run_emulated_driver
+from tests.build_helpers import emu_launch_code, emulated_source, run_emulated_driver
 from tests.fakes import FakeDeviceArray
 from utils.arrays import bf16
 from utils.paths import KERNELS
@@ -104,16 +106,20 @@ def checks() -> tuple[list[str], list[str]]:
         files.append(v.source.file)
         for B, Hq, Hkv, Sq, Sk, D, causal in CASES:
             p = v.validate(*fake(B, Hq, Hkv, Sq, Sk, D), causal=causal)
-            (ln,) = v.launches(p)
-            rest = ", ".join(str(int(a)) if isinstance(a, np.integer) else f"{float(a)!r}f" for a in ln.args[5:])
-            what = f"{v.label} {ln.kernel} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Sk{Sk} D{D} causal={causal}"
-            launch = emu_launch_code(ln, "(const __nv_bfloat16*)q, (const __nv_bfloat16*)k, "
-                                         f"(const __nv_bfloat16*)v, o, l, {rest}")
-            lines.append(f'    check("{what}", {B}, {Hq}, {Hkv}, {Sq}, {Sk}, {D}, {str(causal).lower()}, {p.scale!r}f, '
-                         f'[&](auto* q, auto* k, auto* v, auto* o, auto* l) {{ {launch}; }});')
+            for config in (v.all_configs(p) or (None,)):           # every instantiated tile of a tuned version
+                (ln,) = v.launches(p, config)
+                rest = ", ".join(str(int(a)) if isinstance(a, np.integer) else f"{float(a)!r}f"
+                                 for a in ln.args[5:])
+                what = f"{v.label} {ln.kernel} B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Sk{Sk} D{D} causal={causal}"
+                launch = emu_launch_code(ln, "(const __nv_bfloat16*)q, (const __nv_bfloat16*)k, "
+                                             f"(const __nv_bfloat16*)v, o, l, {rest}")
+                lines.append(f'    check("{what}", {B}, {Hq}, {Hkv}, {Sq}, {Sk}, {D}, {str(causal).lower()}, '
+                             f'{p.scale!r}f, [&](auto* q, auto* k, auto* v, auto* o, auto* l) {{ {launch}; }});')
     return files, lines
 
 
 def test_every_version_on_the_cpu(tmp_path):
     files, lines = checks()
+    for f in dict.fromkeys(files):                              # dynamic shared memory -> the emulator's buffer
+        (tmp_path / Path(f).name).write_text(emulated_source(KERNELS / f))
     run_emulated_driver(tmp_path, DRIVER_HEAD, lines, DRIVER_TAIL, files, [KERNELS / "attention", KERNELS / "include"])

@@ -5,7 +5,8 @@ emulation must catch a broken pipeline, mainloop or scheduler. Skipped without g
 import pytest
 
 from kernels.gemm_sm90 import COLLECTIVE
-from tests.test_hgemm_emulated import TMA_POLICIES, build_and_run, emulated_source
+from tests.build_helpers import emulated_source
+from tests.test_hgemm_emulated import TMA_POLICIES, build_and_run
 from utils.paths import KERNELS
 
 FOLDERS = ("hgemm", "gemm_sm90")

@@ -6,7 +6,6 @@ paths and misaligned pointers, with C poisoned (bf16 NaN), NaN past the ends of 
 past C, against a float64 reference of the bf16 inputs; where a Hopper plan copies A and B into padded
 workspaces (pack.cu), those start NaN-filled. tests/gpu/test_hgemm.py is the real thing. Skipped
 without g++ (C++20)."""
-import re
 import shutil
 import subprocess
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from kernels import hgemm as H
+from tests.build_helpers import emulated_source
 from tests.test_hgemm_host import arrays
 from utils.version import Workspace
 from utils.paths import KERNELS
@@ -90,14 +90,6 @@ DRIVER_TAIL = r"""
 }
 """
 TOL = 5e-3   # bf16 rounding of C alone is about 1.1e-3 relative (RMS); a wrong fragment is O(1)
-
-EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:][\w:\s]*?)\s+(\w+)\[\];")
-
-
-def emulated_source(path) -> str:
-    """A kernel file with its dynamic shared memory pointed at the emulator's buffer."""
-    return EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(emu_smem);", path.read_text())
-
 
 def problem_at(shape, offs):
     return arrays(*shape, offs=offs)

@@ -17,7 +17,8 @@ import pytest
 from kernels import w4a16_sm90 as W
 from kernels.quant import formats as F
 from tests.fakes import FakeDeviceArray
-from tests.test_hgemm_emulated import emulated_source, tensor_map
+from tests.build_helpers import emulated_source
+from tests.test_hgemm_emulated import tensor_map
 from utils.arrays import bf16
 from utils.paths import KERNELS
 from utils.version import Workspace

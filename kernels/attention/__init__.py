@@ -15,7 +15,9 @@ keywords ``causal=False, scale=None`` (None: ``1 / sqrt(D)``):
 Versions (one .cu file each, ``// [[snippet: attn_fwd_vN]]``): v0 ``scalar``, the tiled online-softmax algorithm on
 CUDA cores, one thread per query row; v1 ``mma``, both products on mma.sync with S and P in registers
 (fa2_common.cuh holds what the tensor-core versions share); v2 ``pipeline``, cp.async into swizzled shared memory,
-ldmatrix, K and V double-buffered; v3 ``edge_mask``, the same kernel masking only the tiles that need it. Importing this package never needs a GPU.
+ldmatrix, K and V double-buffered; v3 ``edge_mask``, the same kernel masking only the tiles that need it; v4 ``tuned``,
+128 query rows a block (two m16 tiles a warp), lane offsets computed once, tiles per head dimension (:data:`V4_TILES`).
+Importing this package never needs a GPU.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from utils.arrays import bf16, ceil_div
 from utils.arrays import xp as array_module
 from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
-from utils.version import Launch, Registry, Version
+from utils.version import Launch, Registry, Version, config_type
 
 HEAD_DIMS = (64, 128)
 INDEX_LIMIT = 2**31              # elements of q, k, v, out: the kernels index with size_t, the grid with int
@@ -46,6 +48,25 @@ V2_BC = {64: 64, 128: 32}         # v2: keys per tile, so that Q and two stages 
 V2_SOURCE = KernelSource("attention/v02_pipeline.cu", requires=("bf16-mma", "cp.async"),
                          name_expressions=tuple(f"attn_fwd_pipeline<{d}, {V2_BC[d]}, {edge}>"
                                                 for d in HEAD_DIMS for edge in ("false", "true")))
+
+V4_BR = 128                      # v4: query rows per block (two m16 tiles a warp, 4 warps)
+
+
+# v4's tunable shape: keys per K/V tile, and whether Q's fragments stay in registers (D = 64 only)
+Tile = config_type("Tile", "bc q_regs")
+
+# Instantiated per head dimension: at D = 128 a warp's O alone is 128 registers, so Q cannot stay loaded.
+V4_TILES = {64: tuple(Tile(bc, qr) for bc in (64, 128) for qr in (True, False)),
+            128: (Tile(32, False), Tile(64, False), Tile(128, False))}
+V4_DEFAULT = {64: Tile(64, True), 128: Tile(64, False)}   # the fastest in the H200 sweep (chapter 15)
+
+
+def v4_kernel(D: int, tile: Tile) -> str:
+    return f"attn_fwd_tuned<{D}, {tile.bc}, {'true' if tile.q_regs else 'false'}>"
+
+
+V4_SOURCE = KernelSource("attention/v04_tuned.cu", requires=("bf16-mma", "cp.async"),
+                         name_expressions=tuple(v4_kernel(d, t) for d in HEAD_DIMS for t in V4_TILES[d]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +188,16 @@ def plan_v3(p: Problem, config=None) -> list[Launch]:
     return tensor_core_launch(p, f"attn_fwd_pipeline<{p.D}, {V2_BC[p.D]}, true>")
 
 
+def v4_smem(D: int, tile: Tile) -> int:
+    """Bytes of dynamic shared memory: Q's rows and two stages of K and V, bf16."""
+    return (V4_BR + 4 * tile.bc) * D * 2
+
+
+def plan_v4(p: Problem, config: Tile) -> list[Launch]:
+    return [Launch(v4_kernel(p.D, config), (ceil_div(p.Sq, V4_BR), p.Hq, p.B), (128, 1, 1), kernel_args(p),
+                   smem=v4_smem(p.D, config))]
+
+
 ATTN_FWD = Registry("attn_fwd", problem, [
     Version("attn_fwd_v0_scalar", "the tiled algorithm with the online softmax on CUDA cores: one thread per "
             "query row, K and V tiles staged in shared memory, S and P kept in the thread", V0_SOURCE, plan_v0,
@@ -180,4 +211,9 @@ ATTN_FWD = Registry("attn_fwd", problem, [
     Version("attn_fwd_v3_edge_mask", "v2 masking only the tiles that cross a row's last visible key (causal "
             "diagonal tiles, the tile holding Sk): v2's kernel with EDGE_MASK_ONLY", V2_SOURCE, plan_v3,
             parent="v2_pipeline", snippet="attn_fwd_v2"),
+    Version("attn_fwd_v4_tuned", "128 query rows a block, two m16 tiles a warp: each K and V fragment feeds four "
+            "mmas; dynamic shared memory, tiles per head dimension from a sweep, causal blocks heaviest first",
+            V4_SOURCE, plan_v4, parent="v3_edge_mask", snippet="attn_fwd_v4",
+            configs=lambda p: V4_TILES[p.D] if p is not None else tuple(t for d in HEAD_DIMS for t in V4_TILES[d]),
+            default=lambda p: V4_DEFAULT[p.D]),
 ])

@@ -53,7 +53,10 @@ __device__ __forceinline__ void fa2_mask(float (&s)[NT][4], int j0, const int (&
 // One key tile of the online softmax for this thread's two rows (h = 0: row g, 1: row g + 8). s holds the raw
 // scores of NT n8 tiles, already -inf where masked. Each row's max is taken over its quad, so the four lanes agree
 // on m; l stays a per-lane partial sum (rescaled by the same alpha), added over the quad once at the end. On return
-// s holds P = e^{(s - m) scale}, and o has been multiplied by the rows' alpha.
+// s holds P = e^{(s - m) scale}, and o has been multiplied by the rows' alpha. P is taken as
+// exp2(s scale_log2 - m scale_log2), one FFMA a score (flash-attention does the same) instead of online_softmax.cuh's
+// subtract-then-multiply: rounding m scale_log2 shifts every exponent of a row by the same amount, at most
+// |m scale_log2| 2^-24, a common factor of the row's P and l that the division by l cancels.
 template <int NT, int OT>
 __device__ __forceinline__ void fa2_softmax_tile(float (&s)[NT][4], SoftmaxState (&st)[2], float (&o)[OT][4],
                                                  float scale_log2) {
@@ -62,11 +65,11 @@ __device__ __forceinline__ void fa2_softmax_tile(float (&s)[NT][4], SoftmaxState
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-    float alpha[2], m[2];
+    float alpha[2], m_scaled[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         alpha[h] = softmax_state_advance(st[h], quad_max(mx[h]), scale_log2);
-        m[h] = softmax_safe_max(st[h].m);
+        m_scaled[h] = softmax_safe_max(st[h].m) * scale_log2;
     }
 #pragma unroll
     for (int n = 0; n < OT; ++n)
@@ -76,7 +79,7 @@ __device__ __forceinline__ void fa2_softmax_tile(float (&s)[NT][4], SoftmaxState
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            s[n][e] = softmax_exp(s[n][e], m[e >> 1], scale_log2);
+            s[n][e] = exp2f(fmaf(s[n][e], scale_log2, -m_scaled[e >> 1]));
             st[e >> 1].l += s[n][e];
         }
 }

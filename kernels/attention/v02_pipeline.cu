@@ -7,25 +7,7 @@
 // (48 KB at most): Q and two stages of K and V, BC = 64 keys a tile at D = 64 and 32 at D = 128.
 // EDGE_MASK_ONLY (v3): only the tiles that cross some row's last visible key are masked: the diagonal tiles of a
 // causal block and the tile that holds Sk. The tiles above the diagonal are never loaded, by every version.
-#include "fa2_common.cuh"
-#include "ldmatrix_sm80.cuh"
-
-// Element (r, c) of a [rows][D] bf16 tile stored with 16-byte chunks XOR-swizzled by the row.
-template <int D>
-__device__ __forceinline__ int fa2_swz(int r, int c) {
-    return r * D + (((c >> 3) ^ (r & 7)) << 3) + (c & 7);
-}
-
-// Copy rows [row0, row0 + ROWS) of a [S][D] head into a swizzled tile by 16-byte cp.async; rows at or past S are
-// zero-filled (src_bytes 0: nothing is read). All 128 threads take part; the caller commits the group.
-template <int ROWS, int D>
-__device__ __forceinline__ void fa2_load_tile(__nv_bfloat16* tile, const __nv_bfloat16* head, int row0, int S) {
-    for (int e = threadIdx.x; e < ROWS * D / 8; e += 128) {
-        const int r = e / (D / 8), c = 8 * (e % (D / 8));
-        const bool in = row0 + r < S;
-        cp_async16(tile + fa2_swz<D>(r, c), head + (size_t)(in ? row0 + r : 0) * D + c, in ? 16 : 0);
-    }
-}
+#include "fa2_tiles.cuh"
 
 // [[snippet: attn_fwd_v2]]
 template <int D, int BC, bool EDGE_MASK_ONLY>

@@ -19,7 +19,7 @@ def _seed(*what) -> int:
     return (SEED * 1_000_003 + zlib.crc32(repr(what).encode())) % 2**31
 
 
-def _run(version, B, Hq, Hkv, Sq, Sk, D, causal, seed, magnitude=1.0):
+def _run(version, B, Hq, Hkv, Sq, Sk, D, causal, seed, magnitude=1.0, config=None):
     import cupy
 
     from kernels import attention as A
@@ -29,7 +29,11 @@ def _run(version, B, Hq, Hkv, Sq, Sk, D, causal, seed, magnitude=1.0):
     q = (magnitude * rs.standard_normal((B, Hq, Sq, D), dtype=cupy.float32)).astype(bf16())
     k, v = (rs.standard_normal((B, Hkv, Sk, D), dtype=cupy.float32).astype(bf16()) for _ in range(2))
     out, lse = poisoned((B, Hq, Sq, D), bf16()), poisoned((B, Hq, Sq), np.float32)
-    A.ATTN_FWD[version](q, k, v, out, lse, causal=causal)
+    v_ = A.ATTN_FWD[version]
+    p = v_.validate(q, k, v, out, lse, causal=causal)
+    if config is not None and config not in v_.all_configs(p):
+        pytest.skip(f"{version}: tile {config} is instantiated for another head dimension")
+    v_(q, k, v, out, lse, causal=causal, config=config)
     return (out, lse), A.reference(q, k, v, causal=causal)
 
 
@@ -46,24 +50,26 @@ def _check(got, want, what):
 
 
 def _versions():
+    """(label, config) of every version and every tile a tuned version instantiates (None: the default)."""
     from kernels import attention as A
-    return [v.label for v in A.ATTN_FWD.values()]
+    return [(v.label, c) for v in A.ATTN_FWD.values() for c in (v.all_configs() or (None,))]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}-Hq{}-Hkv{}-{}x{}-d{}-{}".format(
     *c[:6], "causal" if c[6] else "full"))
-@pytest.mark.parametrize("version", _versions())
-def test_matches_the_reference(version, case):
+@pytest.mark.parametrize("version,config", _versions(), ids=str)
+def test_matches_the_reference(version, config, case):
     seed = _seed(version, case)
-    _check(*_run(version, *case, seed), f"{version} {case} (seed {seed})")
+    _check(*_run(version, *case, seed, config=config), f"{version} {config} {case} (seed {seed})")
 
 
-@pytest.mark.parametrize("version", _versions())
-def test_large_logits_stay_finite(version):
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("version,config", _versions(), ids=str)
+def test_large_logits_stay_finite(version, config, D):
     """q scaled by 30: scores in the hundreds after the 1/sqrt(d) scale; the online max keeps every exp <= 1."""
-    case = (1, 2, 1, 257, 300, 64, True)
+    case = (1, 2, 1, 257, 300, D, True)
     seed = _seed(version, "large", case)
-    _check(*_run(version, *case, seed, magnitude=30.0), f"{version} large logits (seed {seed})")
+    _check(*_run(version, *case, seed, magnitude=30.0, config=config), f"{version} {config} large logits (seed {seed})")
 
 
 @pytest.mark.parametrize("peer", ["torch.sdpa.flash", "torch.sdpa.cudnn"])
