@@ -37,9 +37,20 @@ INDEX_LIMIT = 2**31              # elements of q, k, v, out: the kernels index w
 MAX_GRID_YZ = 65535              # gridDim.y (query heads) and gridDim.z (batch)
 LOG2E = 1.4426950408889634
 
-V0_BR, V0_BC = 64, 32            # v0: query rows per block (one per thread), keys per staged tile
+V0_BC = 32                       # v0: keys per staged tile
+# v0's config: query rows per block, one a thread (chapter 14 varies it: K and V are read once per row block).
+# Q's padded rows live in static shared memory, so 128 rows fit only at D = 64.
+Rows = config_type("Rows", "br")
+V0_ROWS = {64: tuple(Rows(br) for br in (16, 32, 64, 128)), 128: tuple(Rows(br) for br in (16, 32, 64))}
+V0_DEFAULT = Rows(64)
+
+
+def v0_kernel(D: int, rows) -> str:
+    return f"attn_fwd_scalar<{D}, {rows.br}, {V0_BC}>"
+
+
 V0_SOURCE = KernelSource("attention/v00_scalar.cu",
-                         name_expressions=tuple(f"attn_fwd_scalar<{d}, {V0_BR}, {V0_BC}>" for d in HEAD_DIMS))
+                         name_expressions=tuple(v0_kernel(d, r) for d in HEAD_DIMS for r in V0_ROWS[d]))
 MMA_BR = 64                      # v1-v3: query rows per block (16 a warp, 4 warps): the kernels' BR
 V1_BC = 64                       # v1: keys per staged tile
 V1_SOURCE = KernelSource("attention/v01_mma.cu", requires=("bf16-mma",),
@@ -166,8 +177,8 @@ def kernel_args(p: Problem) -> tuple:
             np.int32(p.causal), np.float32(p.scale), np.float32(p.scale * LOG2E))
 
 
-def plan_v0(p: Problem, config=None) -> list[Launch]:
-    return [Launch(f"attn_fwd_scalar<{p.D}, {V0_BR}, {V0_BC}>", (ceil_div(p.Sq, V0_BR), p.Hq, p.B), (V0_BR, 1, 1),
+def plan_v0(p: Problem, config) -> list[Launch]:
+    return [Launch(v0_kernel(p.D, config), (ceil_div(p.Sq, config.br), p.Hq, p.B), (config.br, 1, 1),
                    kernel_args(p))]
 
 
@@ -201,7 +212,8 @@ def plan_v4(p: Problem, config: Tile) -> list[Launch]:
 ATTN_FWD = Registry("attn_fwd", problem, [
     Version("attn_fwd_v0_scalar", "the tiled algorithm with the online softmax on CUDA cores: one thread per "
             "query row, K and V tiles staged in shared memory, S and P kept in the thread", V0_SOURCE, plan_v0,
-            snippet="attn_fwd_v0"),
+            snippet="attn_fwd_v0", configs=lambda p: V0_ROWS[p.D] if p is not None else V0_ROWS[64],
+            default=lambda p: V0_DEFAULT),
     Version("attn_fwd_v1_mma", "both products on mma.sync.m16n8k16 over 4 warps of 16 query rows: S and P stay in "
             "registers, P's accumulators are the A fragments of P V", V1_SOURCE, plan_v1, parent="v0_scalar",
             snippet="attn_fwd_v1"),
