@@ -123,3 +123,104 @@ def test_every_version_on_the_cpu(tmp_path):
     for f in dict.fromkeys(files):                              # dynamic shared memory -> the emulator's buffer
         (tmp_path / Path(f).name).write_text(emulated_source(KERNELS / f))
     run_emulated_driver(tmp_path, DRIVER_HEAD, lines, DRIVER_TAIL, files, [KERNELS / "attention", KERNELS / "include"])
+
+
+VARLEN_HEAD = r"""
+#include "cuda_emu.h"
+#include "cuda_bf16.h"
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+%(includes)s
+
+static int runs = 0, fails = 0;
+
+// A packed batch [T, H, D] with offsets cu_q, cu_k; out and lse ([Hq, Tq]) NaN-poisoned; float64 reference per
+// (sequence, head, row), bottom-right causal within each sequence.
+template <class Launch>
+void check(const char* what, std::vector<int> cu_q, std::vector<int> cu_k, int Hq, int Hkv, int D, bool causal,
+           float scale, Launch launch) {
+    const int B = (int)cu_q.size() - 1, Tq = cu_q[B], Tk = cu_k[B];
+    std::mt19937 g(Tq * 31 + Tk * 7 + D + causal);
+    std::normal_distribution<float> nd;
+    auto draw = [&](size_t n) { std::vector<__nv_bfloat16> x(n); for (auto& e : x) e = __float2bfloat16(nd(g)); return x; };
+    auto q = draw((size_t)Tq * Hq * D), k = draw((size_t)Tk * Hkv * D), v = draw((size_t)Tk * Hkv * D);
+    std::vector<__nv_bfloat16> out((size_t)Tq * Hq * D, __float2bfloat16(NAN));
+    std::vector<float> lse((size_t)Hq * Tq, NAN);
+    launch(q.data(), k.data(), v.data(), out.data(), lse.data(), cu_q.data(), cu_k.data());
+    int bad = 0;
+    double num = 0, den = 0;
+    for (int b = 0; b < B; ++b) {
+        const int Sq = cu_q[b + 1] - cu_q[b], Sk = cu_k[b + 1] - cu_k[b];
+        for (int h = 0; h < Hq; ++h) {
+            const int gk = h / (Hq / Hkv);
+            for (int i = 0; i < Sq; ++i) {
+                const int seen = causal ? std::max(0, std::min(Sk, i + Sk - Sq + 1)) : Sk;
+                const size_t qrow = ((size_t)(cu_q[b] + i) * Hq + h) * D;
+                auto krow = [&](int j) { return ((size_t)(cu_k[b] + j) * Hkv + gk) * D; };
+                std::vector<double> s(seen);
+                double m = -INFINITY;
+                for (int j = 0; j < seen; ++j) {
+                    double acc = 0;
+                    for (int d = 0; d < D; ++d) acc += (double)__bfloat162float(q[qrow + d]) * __bfloat162float(k[krow(j) + d]);
+                    s[j] = scale * acc;
+                    m = std::max(m, s[j]);
+                }
+                double l = 0;
+                for (int j = 0; j < seen; ++j) l += std::exp(s[j] - m);
+                for (int d = 0; d < D; ++d) {
+                    double r = 0;
+                    for (int j = 0; j < seen; ++j) r += std::exp(s[j] - m) * __bfloat162float(v[krow(j) + d]);
+                    r = seen ? r / l : 0.0;
+                    const float got = __bfloat162float(out[qrow + d]);
+                    if (!std::isfinite(got)) ++bad;
+                    num += (got - r) * (got - r);
+                    den += r * r;
+                }
+                const double want = seen ? m + std::log(l) : -INFINITY;
+                const float got = lse[(size_t)h * Tq + cu_q[b] + i];
+                if (seen ? !(std::fabs(got - want) <= 1e-4 * (1 + std::fabs(want))) : !(std::isinf(got) && got < 0)) ++bad;
+            }
+        }
+    }
+    ++runs;
+    const double rel = std::sqrt(num / (den + 1e-30));
+    if (bad || rel > 8e-3) {
+        ++fails;
+        std::printf("FAIL %%s: relative L2 error of out %%g, %%d bad elements\n", what, rel, bad);
+    }
+}
+
+int main() {
+"""
+
+# (cu_q, cu_k, Hq, Hkv, D, causal): an empty query run, a run longer than a row tile, Sq > Sk (rows that see no
+# key), GQA
+VARLEN_CASES = [([0, 1, 1, 200, 213], [0, 30, 31, 231, 241], 2, 1, 64, True),
+                ([0, 70, 75], [0, 3, 300], 2, 2, 128, False), ([0, 129, 150], [0, 129, 140], 4, 2, 128, True)]
+
+
+def test_varlen_on_the_cpu(tmp_path):
+    v = A.ATTN_FWD_VARLEN["v4_tuned"]
+    lines = []
+    for cq, ck, Hq, Hkv, D, causal in VARLEN_CASES:
+        f = fake_varlen(cq[-1], ck[-1], Hq, Hkv, D)
+        p = v.validate(*f, np.array(cq, np.int32), np.array(ck, np.int32), causal=causal)
+        (ln,) = v.launches(p)
+        rest = ", ".join(str(int(a)) if isinstance(a, np.integer) else f"{float(a)!r}f" for a in ln.args[7:])
+        launch = emu_launch_code(ln, "(const __nv_bfloat16*)q, (const __nv_bfloat16*)k, (const __nv_bfloat16*)v, o, l, "
+                                     f"cq, ck, {rest}")
+        vec = lambda c: "std::vector<int>{" + ", ".join(map(str, c)) + "}"     # noqa: E731
+        lines.append(f'    check("{ln.kernel} {cq} {ck} Hq{Hq} Hkv{Hkv} causal={causal}", {vec(cq)}, {vec(ck)}, {Hq}, '
+                     f'{Hkv}, {D}, {str(causal).lower()}, {p.scale!r}f, [&](auto* q, auto* k, auto* v, auto* o, '
+                     f'auto* l, const int* cq, const int* ck) {{ {launch}; }});')
+    (tmp_path / "v04_tuned.cu").write_text(emulated_source(KERNELS / v.source.file))
+    run_emulated_driver(tmp_path, VARLEN_HEAD, lines, DRIVER_TAIL, [v.source.file],
+                        [KERNELS / "attention", KERNELS / "include"])
+
+
+def fake_varlen(Tq, Tk, Hq, Hkv, D):
+    shapes = [((Tq, Hq, D), bf16()), ((Tk, Hkv, D), bf16()), ((Tk, Hkv, D), bf16()), ((Tq, Hq, D), bf16()),
+              ((Hq, Tq), np.float32)]
+    return [FakeDeviceArray(s, d, ptr=(i + 1) << 36) for i, (s, d) in enumerate(shapes)]

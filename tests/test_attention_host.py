@@ -153,3 +153,48 @@ def test_ladder_odd_shapes_are_valid_problems():
         assert causal in (0, 1)
     assert any(c and Sq > Sk for _, _, _, Sq, Sk, _, c in L.ODD)      # rows that see no key
     assert any(Hq != Hkv for _, Hq, Hkv, *_ in L.ODD)                 # GQA / MQA
+
+
+# --- variable-length batches ---------------------------------------------------------------------------
+
+def _varlen_fakes(Tq, Tk, Hq=4, Hkv=2, D=64):
+    shapes = [((Tq, Hq, D), bf16()), ((Tk, Hkv, D), bf16()), ((Tk, Hkv, D), bf16()), ((Tq, Hq, D), bf16()),
+              ((Hq, Tq), np.float32)]
+    return [FakeDeviceArray(s, d, ptr=(i + 1) << 36) for i, (s, d) in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("cu,match", [
+    (np.array([0, 5, 3, 10], np.int32), "never decrease"),
+    (np.array([1, 5, 10], np.int32), "start at 0"),
+    (np.array([0, 5, 9], np.int32), "packed length 10"),
+    (np.array([0, 5, 10], np.int64), "int32"),
+    (np.array([[0, 10]], np.int32), "1-D"),
+])
+def test_varlen_offsets_are_checked(cu, match):
+    with pytest.raises(ValueError, match=match):
+        A.varlen_problem(*_varlen_fakes(10, 10), cu, np.array([0, 4, 6, 10], np.int32)[:cu.size])
+
+
+def test_varlen_problem_reads_the_lengths_and_plans_the_longest():
+    p = A.varlen_problem(*_varlen_fakes(300, 350), np.array([0, 1, 300], np.int32), np.array([0, 50, 350], np.int32),
+                         causal=True)
+    assert (p.B, p.seqlens_q, p.seqlens_k) == (2, (1, 299), (50, 300))
+    (ln,) = A.ATTN_FWD_VARLEN["v4_tuned"].launches(p)
+    assert ln.grid == (3, 4, 2) and "varlen" in ln.kernel and ln.smem == A.v4_smem(64, A.V4_DEFAULT[64])
+    with pytest.raises(ValueError, match="same number of sequences"):
+        A.varlen_problem(*_varlen_fakes(300, 350), np.array([0, 300], np.int32), np.array([0, 50, 350], np.int32))
+    with pytest.raises(ValueError, match="multiple of key/value heads"):
+        A.varlen_problem(*_varlen_fakes(10, 10, Hq=3, Hkv=2), np.array([0, 10], np.int32), np.array([0, 10], np.int32))
+
+
+def test_varlen_reference_is_the_reference_per_sequence():
+    rng = np.random.default_rng(SEED)
+    cq, ck = np.array([0, 3, 3, 9], np.int32), np.array([0, 5, 6, 6], np.int32)   # an empty query run, an empty key run
+    q = rng.standard_normal((9, 2, 64)).astype(np.float32).astype(bf16())
+    k, v = (rng.standard_normal((6, 1, 64)).astype(np.float32).astype(bf16()) for _ in range(2))
+    out, lse = A.varlen_reference(q, k, v, cq, ck, causal=True)
+    o0, l0 = A.reference(q[0:3].transpose(1, 0, 2)[None], k[0:5].transpose(1, 0, 2)[None],
+                         v[0:5].transpose(1, 0, 2)[None], causal=True)
+    np.testing.assert_allclose(out[0:3], o0[0].transpose(1, 0, 2))
+    np.testing.assert_allclose(lse[:, 0:3], l0[0])
+    assert np.all(out[3:] == 0) and np.all(np.isneginf(lse[:, 3:]))          # the last run has no keys

@@ -124,16 +124,26 @@ def problem(q, k, v, out, lse, *, causal=False, scale=None) -> Problem:
     expect_array(v, "v", dtype=bf16(), shape=(B, Hkv, Sk, D))
     expect_array(out, "out", dtype=bf16(), shape=(B, Hq, Sq, D))
     expect_array(lse, "lse", dtype=np.float32, shape=(B, Hq, Sq))
+    check_causal(causal)
+    check_sizes(B, Hq, Hkv, Sq, Sk, D)
+    scale = resolve_scale(scale, D)
+    expect_same_device(q, k, v, out, lse)
+    return Problem(B, Hq, Hkv, Sq, Sk, D, bool(causal), scale, q, k, v, out, lse)
+
+
+def check_causal(causal) -> None:
     if not isinstance(causal, (bool, np.bool_)):
         raise ValueError(f"causal: expected True or False, got {causal!r}")
-    check_sizes(B, Hq, Hkv, Sq, Sk, D)
+
+
+def resolve_scale(scale, D: int) -> float:
+    """The softmax scale: ``scale`` if a positive finite number, 1 / sqrt(D) if None."""
     if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not (
+        return 1.0 / math.sqrt(D)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not (
             math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale: expected a positive finite number or None (1/sqrt(D)), got {scale!r}")
-    expect_same_device(q, k, v, out, lse)
-    return Problem(B, Hq, Hkv, Sq, Sk, D, bool(causal), float(scale), q, k, v, out, lse)
+    return float(scale)
 
 
 def visible_keys(Sq: int, Sk: int, causal: bool):
@@ -228,4 +238,105 @@ ATTN_FWD = Registry("attn_fwd", problem, [
             V4_SOURCE, plan_v4, parent="v3_edge_mask", snippet="attn_fwd_v4",
             configs=lambda p: V4_TILES[p.D] if p is not None else tuple(t for d in HEAD_DIMS for t in V4_TILES[d]),
             default=lambda p: V4_DEFAULT[p.D]),
+])
+
+
+# --- variable-length batches -----------------------------------------------------------------------------
+
+VARLEN_SOURCE = KernelSource("attention/v04_tuned.cu", requires=("bf16-mma", "cp.async"),
+                             name_expressions=tuple(v4_kernel(d, V4_DEFAULT[d]).replace("tuned<", "tuned_varlen<")
+                                                    for d in HEAD_DIMS))
+
+
+@dataclasses.dataclass(frozen=True)
+class VarlenProblem:
+    B: int
+    Hq: int
+    Hkv: int
+    D: int
+    causal: bool
+    scale: float
+    seqlens_q: tuple          # per sequence, from the cumulative offsets (host copies)
+    seqlens_k: tuple
+    q: object
+    k: object
+    v: object
+    out: object
+    lse: object
+    cu_q: object              # int32 device arrays of B + 1 offsets
+    cu_k: object
+
+
+def check_offsets(cu, total: int, name: str) -> np.ndarray:
+    """Cumulative sequence offsets as flash-attention's varlen API takes them: 1-D int32, starting at 0, never
+    decreasing, ending at the packed length ``total``. Returns the host copy."""
+    host = np.asarray(cu.get() if hasattr(cu, "get") else cu)
+    if host.ndim != 1 or host.size < 2 or host.dtype != np.int32:
+        raise ValueError(f"{name}: expected a 1-D int32 array of B + 1 >= 2 offsets, got dtype {host.dtype} shape "
+                         f"{host.shape}")
+    if host[0] != 0 or np.any(np.diff(host) < 0):
+        raise ValueError(f"{name}: offsets must start at 0 and never decrease, got {host.tolist()[:8]}...")
+    if host[-1] != total:
+        raise ValueError(f"{name}: the last offset ({int(host[-1])}) must equal the packed length {total}")
+    return host
+
+
+def varlen_problem(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None) -> VarlenProblem:
+    """Validate a varlen call: q, out [Tq, Hq, D], k, v [Tk, Hkv, D] bf16, lse [Hq, Tq] float32, offsets as
+    :func:`check_offsets` (host or device arrays; read once on the host here, so bind before timing)."""
+    expect_array(q, "q", dtype=bf16(), ndim=3)
+    Tq, Hq, D = (int(s) for s in q.shape)
+    expect_array(k, "k", dtype=bf16(), ndim=3)
+    if int(k.shape[2]) != D:
+        raise ValueError(f"k: expected shape (Tk, Hkv, {D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}")
+    Tk, Hkv = int(k.shape[0]), int(k.shape[1])
+    expect_array(v, "v", dtype=bf16(), shape=(Tk, Hkv, D))
+    expect_array(out, "out", dtype=bf16(), shape=(Tq, Hq, D))
+    expect_array(lse, "lse", dtype=np.float32, shape=(Hq, Tq))
+    check_causal(causal)
+    scale = resolve_scale(scale, D)
+    expect_same_device(q, k, v, out, lse)
+    cq, ck = check_offsets(cu_seqlens_q, Tq, "cu_seqlens_q"), check_offsets(cu_seqlens_k, Tk, "cu_seqlens_k")
+    if cq.size != ck.size:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k: expected the same number of sequences, got {cq.size - 1} "
+                         f"and {ck.size - 1}")
+    check_sizes(cq.size - 1, Hq, Hkv, max(1, int(np.diff(cq).max())), max(1, int(np.diff(ck).max())), D)
+    if max(Tq * Hq, Tk * Hkv) * D >= INDEX_LIMIT:
+        raise ValueError(f"attn_fwd_varlen: {max(Tq * Hq, Tk * Hkv) * D:,} elements in q or k, at least 2^31")
+    xp = array_module(q)
+    return VarlenProblem(cq.size - 1, Hq, Hkv, D, bool(causal), scale, tuple(np.diff(cq).tolist()),
+                         tuple(np.diff(ck).tolist()), q, k, v, out, lse, xp.asarray(cq), xp.asarray(ck))
+
+
+def plan_varlen(p: VarlenProblem, config=None) -> list[Launch]:
+    tile = V4_DEFAULT[p.D]
+    return [Launch(v4_kernel(p.D, tile).replace("tuned<", "tuned_varlen<"),
+                   (max(1, ceil_div(max(p.seqlens_q), V4_BR)), p.Hq, p.B), (128, 1, 1),
+                   (p.q, p.k, p.v, p.out, p.lse, p.cu_q, p.cu_k, np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.causal),
+                    np.float32(p.scale), np.float32(p.scale * LOG2E)), smem=v4_smem(p.D, tile))]
+
+
+def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal: bool = False, scale: float | None = None):
+    """(out [Tq, Hq, D], lse [Hq, Tq]) in float64: :func:`reference` on each sequence of the packed batch."""
+    xp = array_module(q)
+    cq, ck = (np.asarray(c.get() if hasattr(c, "get") else c) for c in (cu_seqlens_q, cu_seqlens_k))
+    out = xp.zeros(q.shape, xp.float64)
+    lse = xp.full((q.shape[1], q.shape[0]), -xp.inf)
+    for b in range(cq.size - 1):
+        qs, ks = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
+        if qs.start == qs.stop:
+            continue
+        heads = lambda a, s: a[s].transpose(1, 0, 2)[None]          # noqa: E731 - [S, H, D] -> [1, H, S, D]
+        if ks.start == ks.stop:                                      # no keys: every row sees none
+            continue
+        o, l = reference(heads(q, qs), heads(k, ks), heads(v, ks), causal=causal, scale=scale)
+        out[qs] = o[0].transpose(1, 0, 2)
+        lse[:, qs] = l[0]
+    return out, lse
+
+
+ATTN_FWD_VARLEN = Registry("attn_fwd_varlen", varlen_problem, [
+    Version("attn_fwd_varlen_v4_tuned", "v4's kernel over a packed batch of sequences of different lengths: "
+            "cumulative offsets locate each sequence's rows, the grid covers the longest", VARLEN_SOURCE, plan_varlen,
+            snippet="attn_fwd_varlen"),
 ])

@@ -99,10 +99,11 @@ __device__ __forceinline__ void fa2_p_as_a(const float (&p)[NT][4], int kk, unsi
 // [[/snippet]]
 
 // Normalise and store this thread's part of its warp's 16 output rows (row0 = the warp's first row), and the
-// rows' lse from lane t = 0 of each quad; rows past Sq are skipped. o[n] covers head-dimension columns 8n .. 8n + 7.
+// rows' lse from lane t = 0 of each quad; rows past Sq are skipped. o[n] covers head-dimension columns 8n .. 8n + 7;
+// out's rows lie ``stride`` elements apart (D, or H D in varlen's packed layout), lse's next to each other.
 template <int OT>
 __device__ __forceinline__ void fa2_store(const float (&o)[OT][4], SoftmaxState (&st)[2], __nv_bfloat16* out_head,
-                                          float* lse_head, int row0, int Sq, float scale) {
+                                          float* lse_head, int row0, int Sq, float scale, int stride = 8 * OT) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -112,7 +113,7 @@ __device__ __forceinline__ void fa2_store(const float (&o)[OT][4], SoftmaxState 
         const float inv = l > 0.f ? 1.f / l : 0.f;              // a row that saw no key: out = 0, lse = -inf
 #pragma unroll
         for (int n = 0; n < OT; ++n)
-            *reinterpret_cast<unsigned*>(out_head + (size_t)i * (8 * OT) + 8 * n + 2 * t) =
+            *reinterpret_cast<unsigned*>(out_head + (size_t)i * stride + 8 * n + 2 * t) =
                 pack_bf16x2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
         if (t == 0) lse_head[i] = l > 0.f ? st[h].m * scale + logf(l) : SOFTMAX_NEG_INF;
     }

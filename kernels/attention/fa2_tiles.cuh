@@ -16,16 +16,18 @@ __device__ __forceinline__ int fa2_swz(int r, int c) {
 // zero-filled (src_bytes 0: nothing is read). All 128 threads take part, each copying the same chunk of every
 // PASS-th row: since PASS is a multiple of 8, the chunk's swizzled place is the same in each of those rows, so the
 // addresses advance by a constant. The caller commits the group.
+// ``stride``: elements from one row of the head to the next (D for [B, H, S, D]; H D for varlen's packed [T, H, D]).
 template <int ROWS, int D>
-__device__ __forceinline__ void fa2_load_tile(__nv_bfloat16* tile, const __nv_bfloat16* head, int row0, int S) {
+__device__ __forceinline__ void fa2_load_tile(__nv_bfloat16* tile, const __nv_bfloat16* head, int row0, int S,
+                                              int stride = D) {
     constexpr int CHUNKS = D / 8, PASS = 128 / CHUNKS;              // 16-byte chunks a row; rows a pass copies
     static_assert(PASS % 8 == 0 && ROWS % PASS == 0, "fa2_load_tile: 128 threads, whole passes of 8k rows");
     const int r = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
     __nv_bfloat16* dst = tile + r * D + 8 * (c ^ (r % 8));
-    const __nv_bfloat16* src = head + (size_t)(row0 + r) * D + 8 * c;
+    const __nv_bfloat16* src = head + (size_t)(row0 + r) * stride + 8 * c;
 #pragma unroll
     for (int p = 0; p < ROWS / PASS; ++p) {
         const bool in = row0 + r + p * PASS < S;
-        cp_async16(dst + p * PASS * D, in ? src + (size_t)p * PASS * D : head, in ? 16 : 0);
+        cp_async16(dst + p * PASS * D, in ? src + (size_t)p * PASS * stride : head, in ? 16 : 0);
     }
 }
