@@ -152,25 +152,32 @@ def visible_keys(Sq: int, Sk: int, causal: bool):
     return np.clip(i + Sk - Sq + 1, 0, Sk) if causal else np.full(Sq, Sk)
 
 
-def reference(q, k, v, *, causal: bool = False, scale: float | None = None):
+def reference(q, k, v, *, causal: bool = False, scale: float | None = None, max_scores: int = 2**28):
     """(out, lse) in float64 from the bf16 inputs (NumPy or CuPy, as the inputs): the softmax of the masked scaled
-    scores times v; rows that see no key get out = 0, lse = -inf."""
+    scores times v; rows that see no key get out = 0, lse = -inf. Computed a few heads at a time, so that the
+    float64 scores of a chunk stay near ``max_scores`` elements (2 GB) however long the sequences."""
     xp = array_module(q)
     B, Hq, Sq, D = (int(s) for s in q.shape)
     Hkv, Sk = int(k.shape[1]), int(k.shape[2])
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    qf, kf, vf = (a.astype(xp.float64) for a in (q, k, v))
-    kf, vf = (xp.repeat(a, Hq // Hkv, axis=1) for a in (kf, vf))          # key/value head of each query head
-    s = scale * qf @ kf.transpose(0, 1, 3, 2)                             # [B, Hq, Sq, Sk]
     seen = xp.asarray(visible_keys(Sq, Sk, causal))
     mask = xp.arange(Sk)[None, :] < seen[:, None]                          # [Sq, Sk]
-    s = xp.where(mask, s, -xp.inf)
-    m = s.max(axis=-1, keepdims=True)
-    m_safe = xp.where(xp.isfinite(m), m, 0.0)
-    p = xp.exp(s - m_safe)
-    l = p.sum(axis=-1, keepdims=True)
-    out = xp.where(l > 0, (p @ vf) / xp.where(l > 0, l, 1.0), 0.0)
-    lse = xp.where(l[..., 0] > 0, m_safe[..., 0] + xp.log(xp.where(l[..., 0] > 0, l[..., 0], 1.0)), -xp.inf)
+    out, lse = xp.empty((B, Hq, Sq, D), xp.float64), xp.empty((B, Hq, Sq), xp.float64)
+    chunk = max(1, max_scores // (Sq * Sk))
+    for b in range(B):
+        for h0 in range(0, Hq, chunk):
+            hs = np.arange(h0, min(Hq, h0 + chunk))
+            kv = hs // (Hq // Hkv)                                         # key/value head of each query head
+            qf, kf, vf = q[b, hs].astype(xp.float64), k[b, kv].astype(xp.float64), v[b, kv].astype(xp.float64)
+            s = xp.where(mask, scale * qf @ kf.transpose(0, 2, 1), -xp.inf)
+            m = s.max(axis=-1, keepdims=True)
+            m_safe = xp.where(xp.isfinite(m), m, 0.0)
+            p = xp.exp(s - m_safe)
+            del s
+            l = p.sum(axis=-1, keepdims=True)
+            out[b, hs] = xp.where(l > 0, (p @ vf) / xp.where(l > 0, l, 1.0), 0.0)
+            lse[b, hs] = xp.where(l[..., 0] > 0, m_safe[..., 0] + xp.log(xp.where(l[..., 0] > 0, l[..., 0], 1.0)),
+                                  -xp.inf)
     return out, lse
 
 

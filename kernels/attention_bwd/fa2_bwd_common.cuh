@@ -1,0 +1,64 @@
+// fa2_bwd_common.cuh: what the FlashAttention-2 backward kernels (chapter 16) share beyond the forward's headers:
+// tile loads for any block size, the lane offsets of the four ldmatrix patterns the backward reads, and the
+// two-float atomic add that accumulates dQ. Swizzle and fragment layouts are the forward's (fa2_tiles.cuh,
+// mma_sm80.cuh): rows of W bf16 with 16-byte chunk c of row r stored at chunk c ^ (r % 8).
+#pragma once
+#include "fa2_tiles.cuh"
+
+// Copy rows [row0, row0 + ROWS) of a [S][D] head into a swizzled tile by 16-byte cp.async, rows at or past S
+// zero-filled: fa2_load_tile for blocks of THREADS threads (the backward's key-tile kernel runs 4 or 8 warps).
+template <int ROWS, int D, int THREADS>
+__device__ __forceinline__ void bwd_load_tile(__nv_bfloat16* tile, const __nv_bfloat16* head, int row0, int S) {
+    constexpr int CHUNKS = D / 8, PASS = THREADS / CHUNKS;          // 16-byte chunks a row; rows a pass copies
+    static_assert(PASS % 8 == 0 && ROWS % PASS == 0, "bwd_load_tile: whole passes of 8k rows");
+    const int r = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
+    __nv_bfloat16* dst = tile + r * D + 8 * (c ^ (r % 8));
+    const __nv_bfloat16* src = head + (size_t)(row0 + r) * D + 8 * c;
+#pragma unroll
+    for (int p = 0; p < ROWS / PASS; ++p) {
+        const bool in = row0 + r + p * PASS < S;
+        cp_async16(dst + p * PASS * D, in ? src + (size_t)p * PASS * D : head, in ? 16 : 0);
+    }
+}
+
+// Copy N floats (a multiple of 4, the source padded so that every chunk exists) by 16-byte cp.async, one chunk
+// each for threads first .. first + N / 4 - 1; the others copy nothing.
+template <int N>
+__device__ __forceinline__ void bwd_load_floats(float* dst, const float* src, int first) {
+    const int c = threadIdx.x - first;
+    if (c >= 0 && c < N / 4) cp_async16(dst + 4 * c, src + 4 * c);
+}
+
+// [[snippet: bwd_lane_offsets]]
+// Where a lane's ldmatrix rows lie in a swizzled tile of rows W elements wide, computed once per kernel (as the
+// forward's Fa2LaneOffsets): every row a lane addresses has row % 8 = lane % 8, and its chunk index is an even
+// constant plus one bit of the lane, so chunk 8 (c / 8) + ((c % 8) ^ x) needs four low parts u = c % 8 / 2.
+//   a:  A operand, 16 rows from row0, plain (rows = M, chunks = k):       + 64 (kk / 4), u = kk % 4
+//   b:  B operand read from [n][k] rows, plain (two n8 tiles, one k16):   + 8 n W + 64 (kk / 4), u = kk % 4
+//   bt: B operand read from [k][n] rows, transposed (k16 x two n8 tiles): + 16 kk W + 64 (n / 8), u = n / 2 % 4
+// b's pattern also reads an A operand stored [k][m] when transposed (dS^T read as dS, see the dK/dV kernel).
+template <int W>
+struct BwdLaneOffsets {
+    int a[4], b[4], bt[4];
+    __device__ __forceinline__ BwdLaneOffsets(int row0, int lane) {
+        const int r = lane % 8, m = lane / 8;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            a[u] = (row0 + lane % 16) * W + 8 * ((2 * u) ^ ((lane / 16) ^ r));   // rows +16, chunk + lane / 16
+            b[u] = (8 * (m / 2) + r) * W + 8 * ((2 * u) ^ ((m % 2) ^ r));        // rows +8 (m / 2), chunk + m % 2
+            bt[u] = (8 * (m % 2) + r) * W + 8 * ((2 * u) ^ ((m / 2) ^ r));       // rows +8 (m % 2), chunk + m / 2
+        }
+    }
+};
+// [[/snippet]]
+
+// dQ accumulation: two adjacent floats added to global memory. Hopper has a vector reduction (one instruction,
+// one L2 transaction for the pair, PTX ISA 8.1, sm_90); elsewhere two scalar atomics.
+__device__ __forceinline__ void bwd_atomic_add2(float* p, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(x), "f"(y) : "memory");
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
+}
