@@ -213,3 +213,67 @@ def resources_table(versions, dims=(64, 128)) -> Table:
     return Table(["version", "template arguments", "threads", "registers", "spilled bytes (st + ld)", "smem KiB",
                   "blocks/SM", "warps/SM"], rows, caption="each version's default instance: ptxas report and occupancy",
                  align="ll" + "r" * 6)
+
+
+def peers_table(lad: Ladder, shapes, peers=("torch.sdpa.flash", "torch.sdpa.cudnn")) -> Table:
+    """The peers alone: TFLOP/s per configuration and cuDNN's speed over FlashAttention-2's."""
+    rows = [[config_name(s), *[f"{tflops(lad, p, s):.0f}" for p in peers],
+             f"{tflops(lad, peers[1], s) / tflops(lad, peers[0], s):.2f}"] for s in shapes]
+    return Table(["configuration", *[f"{p} TFLOP/s" for p in peers], "cudnn / flash"], rows,
+                 caption="PyTorch SDPA's FlashAttention-2 and cuDNN backends, one run", align="l" + "r" * (len(peers) + 1))
+
+
+# --- variable-length batches ------------------------------------------------------------------------------
+
+def varlen_inputs(lengths, Hq: int, Hkv: int, D: int, seed: int):
+    """A packed batch of sequences of the given lengths (queries and keys alike): q, k, v standard normal bf16,
+    out and lse NaN-poisoned, int32 offsets on the device."""
+    import cupy
+
+    from utils.arrays import bf16
+    from utils.check import poisoned
+    T = int(sum(lengths))
+    rs = cupy.random.RandomState(seed)
+    q = rs.standard_normal((T, Hq, D), dtype=cupy.float32).astype(bf16())
+    k, v = (rs.standard_normal((T, Hkv, D), dtype=cupy.float32).astype(bf16()) for _ in range(2))
+    cu = cupy.asarray(np.concatenate([[0], np.cumsum(lengths)]), dtype=cupy.int32)
+    return q, k, v, poisoned((T, Hq, D), bf16()), poisoned((Hq, T), np.float32), cu
+
+
+def padded_inputs(q, k, v, lengths):
+    """The same sequences as a dense [B, H, max, D] batch, zero-padded at the end (what a caller without varlen
+    does), and empty out, lse."""
+    import cupy
+    B, L = len(lengths), max(lengths)
+    offs = np.concatenate([[0], np.cumsum(lengths)])
+
+    def pad(x):
+        out = cupy.zeros((B, x.shape[1], L, x.shape[2]), x.dtype)
+        for b in range(B):
+            out[b, :, :lengths[b]] = x[offs[b]:offs[b + 1]].transpose(1, 0, 2)
+        return out
+    qp, kp, vp = pad(q), pad(k), pad(v)
+    return qp, kp, vp, cupy.empty_like(qp), cupy.empty((B, qp.shape[1], L), cupy.float32)
+
+
+def time_varlen(rec, lengths, *, Hq: int = 16, Hkv: int = 16, D: int = 128, causal: bool = True, seed: int = 151):
+    """Time the varlen kernel on a packed batch and v4 on the same batch padded to the longest sequence (useful
+    FLOPs counted for both, so the padded run's TFLOP/s shows the waste); the varlen output is checked against
+    :func:`varlen_reference` after timing. Returns the two entries."""
+    from utils.check import assert_close
+
+    from . import ATTN_FWD_VARLEN, varlen_reference
+    q, k, v, out, lse, cu = varlen_inputs(lengths, Hq, Hkv, D, seed)
+    useful = sum(flops(1, Hq, n, n, D, causal) for n in lengths)
+    shape = (len(lengths), Hq, Hkv, max(lengths), sum(lengths), D, int(causal))
+
+    def check():
+        ref_out, _ = varlen_reference(q, k, v, cu, cu, causal=causal)
+        assert_close(out, ref_out, dtype="bfloat16", name=f"attn_fwd_varlen lengths {list(lengths)} (seed {seed})")
+    packed = rec.time("attn_fwd_varlen", "varlen_v4", ATTN_FWD_VARLEN["v4_tuned"].bind(q, k, v, out, lse, cu, cu,
+                                                                                      causal=causal),
+                      dtype="bfloat16", shape=shape, flops=useful, check=check, extra={"lengths": list(lengths)})
+    padded = rec.time("attn_fwd_varlen", "padded_v4", ATTN_FWD["v4_tuned"].bind(*padded_inputs(q, k, v, lengths),
+                                                                               causal=causal),
+                      dtype="bfloat16", shape=shape, flops=useful, extra={"lengths": list(lengths)})
+    return packed, padded
