@@ -19,6 +19,10 @@ Loaded by _config.yml (`sphinx.local_extensions`). It does five things:
    alone. A break between Chinese and a Latin word keeps its space, as Chinese typesetting wants.
 5. The results page (measured-results.md, not committed) is generated from results/ at the start
    of every build by utils.report, so it always shows exactly the stored record.
+6. ``{glue:text}`` shows the glued text as it was formatted. myst-nb 1.x passes the text through
+   ``ast.literal_eval`` before printing it, which turns "3,955" into the tuple (3, 955) and "1.00" into 1.0;
+   with no format spec in the role, the text now stays verbatim (a quoted string literal still loses its
+   quotes).
 """
 from __future__ import annotations
 
@@ -151,7 +155,28 @@ def write_results_page(app: Sphinx, config) -> None:
     write(root / RESULTS_PAGE)
 
 
+def glue_text_verbatim(text: str, fmt_spec: str) -> str:
+    """myst-nb's format_plain_text, except that with no format spec the glued text is returned as written."""
+    from ast import literal_eval
+
+    from myst_nb.core.variables import format_plain_text
+    if fmt_spec:
+        return format_plain_text(text, fmt_spec)
+    try:
+        value = literal_eval(text)
+    except (SyntaxError, ValueError):
+        return text
+    return value if isinstance(value, str) else text
+
+
+def install_glue_text_verbatim() -> None:
+    """Point myst-nb's two users of format_plain_text (the glue roles and cross-references) at ours."""
+    from myst_nb.ext.glue import crossref, roles
+    roles.format_plain_text = crossref.format_plain_text = glue_text_verbatim
+
+
 def setup(app: Sphinx):
+    install_glue_text_verbatim()
     app.setup_extension("sphinxcontrib.mermaid")
     from sphinxcontrib.mermaid import install_js
     for listener in list(app.events.listeners.get("html-page-context", [])):

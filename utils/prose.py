@@ -94,14 +94,6 @@ def expect(condition: bool, sentence: str) -> None:
     print(f"note: the text (written from an {BOOK_GPU} run) says {sentence!r}; on this GPU it does not hold.")
 
 
-def against_prediction(value: float, low: float, high: float) -> str:
-    """Where a measured value lies against the range a chapter predicted before the run, in the chapter's
-    words: inside it, or below or above it."""
-    if value < low:
-        return "低于预测"
-    return "高于预测" if value > high else "落在预测之内"
-
-
 def reset() -> None:
     """Forget the names glued so far (a test's, or a notebook re-run in the same kernel)."""
     _glued.clear()

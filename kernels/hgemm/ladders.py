@@ -13,7 +13,6 @@ import dataclasses
 import numpy as np
 
 from utils.ladder import Case, Ladder, shape_name
-from utils.prose import against_prediction  # noqa: F401 - chapters 12 and 13 read it as ladders.against_prediction
 from utils.version import Registry
 from utils.table import Table
 
@@ -141,6 +140,14 @@ def tflops(lad: Ladder, impl: str, shape) -> float:
 
 
 # --- v3's sweep: every config timed in this run --------------------------------------------------------
+
+def against_prediction(value: float, low: float, high: float) -> str:
+    """Where a measured ratio lies against the range the chapter predicted before the run, in the chapter's
+    words: inside it, or below or above it."""
+    if value < low:
+        return "低于预测"
+    return "高于预测" if value > high else "落在预测之内"
+
 
 def config_impl(c) -> str:
     """The record's impl name of one v3 config: ``v3_pipeline[128,256,32,64,64,3,8]``."""
