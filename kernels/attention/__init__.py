@@ -113,8 +113,9 @@ def check_sizes(B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int) -> None:
         raise ValueError(f"attn_fwd: at most {MAX_GRID_YZ} query heads and batch entries a launch, got Hq={Hq}, B={B}")
 
 
-def problem(q, k, v, out, lse, *, causal=False, scale=None) -> Problem:
-    """Validate the arguments (module docstring); ``scale`` a positive finite float or None."""
+def qkv_sizes(q, k, v, out) -> tuple[int, int, int, int, int, int]:
+    """(B, Hq, Hkv, Sq, Sk, D) of bf16 C-contiguous q, out [B, Hq, Sq, D] and k, v [B, Hkv, Sk, D], checked
+    against each other (the sizes themselves: :func:`check_sizes`)."""
     expect_array(q, "q", dtype=bf16(), ndim=4)
     B, Hq, Sq, D = (int(s) for s in q.shape)
     expect_array(k, "k", dtype=bf16(), ndim=4)
@@ -123,6 +124,12 @@ def problem(q, k, v, out, lse, *, causal=False, scale=None) -> Problem:
     Hkv, Sk = int(k.shape[1]), int(k.shape[2])
     expect_array(v, "v", dtype=bf16(), shape=(B, Hkv, Sk, D))
     expect_array(out, "out", dtype=bf16(), shape=(B, Hq, Sq, D))
+    return B, Hq, Hkv, Sq, Sk, D
+
+
+def problem(q, k, v, out, lse, *, causal=False, scale=None) -> Problem:
+    """Validate the arguments (module docstring); ``scale`` a positive finite float or None."""
+    B, Hq, Hkv, Sq, Sk, D = qkv_sizes(q, k, v, out)
     expect_array(lse, "lse", dtype=np.float32, shape=(B, Hq, Sq))
     check_causal(causal)
     check_sizes(B, Hq, Hkv, Sq, Sk, D)

@@ -44,10 +44,10 @@ _INCLUDES = (str(KERNELS / "attention"),)
 # The key-tile kernel's shape: BN keys a block (16 a warp: BN / 16 warps), BM query rows a step.
 Tile = config_type("Tile", "bn bm")
 TILES = {64: (Tile(128, 128), Tile(128, 64), Tile(64, 64)), 128: (Tile(128, 64), Tile(64, 64))}
-DEFAULT_TILE = {64: Tile(128, 128), 128: Tile(128, 64)}   # flash-attention's sm80 choices for these head dims
+DEFAULT_TILE = {64: Tile(128, 64), 128: Tile(128, 64)}    # 8 warps as flash-attention's sm80 kernels; unswept
 # v1's query-tile kernel: 64 mt query rows a block (4 warps, mt m16 tiles each), bc keys a K/V tile.
 DqTile = config_type("DqTile", "mt bc")
-DQ_TILE = {64: DqTile(2, 64), 128: DqTile(1, 64)}
+DQ_TILE = {64: DqTile(2, 32), 128: DqTile(1, 64)}
 
 
 def prep_kernel(D: int, zero_dq: bool) -> str:
@@ -64,7 +64,10 @@ def dq_kernel(D: int, tile: DqTile) -> str:
 
 PREP_SOURCE = KernelSource("attention_bwd/preprocess.cu", include_dirs=_INCLUDES,
                            name_expressions=tuple(prep_kernel(d, z) for d in HEAD_DIMS for z in (True, False)))
+# Not spill-free: at D = 128 dK and dV hold 128 registers a thread beside S^T and dP^T (64), and ptxas spills 8-16
+# bytes at its 255-register limit (at D = 64 only the 128 x 128 tile does); every D = 64 default is spill-free.
 V0_SOURCE = KernelSource("attention_bwd/v00_atomic_dq.cu", requires=("bf16-mma", "cp.async"), include_dirs=_INCLUDES,
+                         spill_free=False,
                          name_expressions=tuple(dkdv_kernel(d, t, a) for d in HEAD_DIMS for t in TILES[d]
                                                 for a in (True, False)))
 V1_SOURCE = KernelSource("attention_bwd/v01_deterministic.cu", requires=("bf16-mma", "cp.async"),

@@ -37,16 +37,27 @@ __device__ __forceinline__ void bwd_load_floats(float* dst, const float* src, in
 //   b:  B operand read from [n][k] rows, plain (two n8 tiles, one k16):   + 8 n W + 64 (kk / 4), u = kk % 4
 //   bt: B operand read from [k][n] rows, transposed (k16 x two n8 tiles): + 16 kk W + 64 (n / 8), u = n / 2 % 4
 // b's pattern also reads an A operand stored [k][m] when transposed (dS^T read as dS, see the dK/dV kernel).
+// The static forms take u at run time, for a warp whose tile position is only known at run time.
 template <int W>
 struct BwdLaneOffsets {
     int a[4], b[4], bt[4];
+    __device__ __forceinline__ static int plain_a(int u, int lane) {            // rows +16, chunk + lane / 16
+        return (lane % 16) * W + 8 * ((2 * u) ^ ((lane / 16) ^ (lane % 8)));
+    }
+    __device__ __forceinline__ static int plain_b(int u, int lane) {            // rows +8 (m / 2), chunk + m % 2
+        const int m = lane / 8;
+        return (8 * (m / 2) + lane % 8) * W + 8 * ((2 * u) ^ ((m % 2) ^ (lane % 8)));
+    }
+    __device__ __forceinline__ static int trans_b(int u, int lane) {            // rows +8 (m % 2), chunk + m / 2
+        const int m = lane / 8;
+        return (8 * (m % 2) + lane % 8) * W + 8 * ((2 * u) ^ ((m / 2) ^ (lane % 8)));
+    }
     __device__ __forceinline__ BwdLaneOffsets(int row0, int lane) {
-        const int r = lane % 8, m = lane / 8;
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-            a[u] = (row0 + lane % 16) * W + 8 * ((2 * u) ^ ((lane / 16) ^ r));   // rows +16, chunk + lane / 16
-            b[u] = (8 * (m / 2) + r) * W + 8 * ((2 * u) ^ ((m % 2) ^ r));        // rows +8 (m / 2), chunk + m % 2
-            bt[u] = (8 * (m % 2) + r) * W + 8 * ((2 * u) ^ ((m / 2) ^ r));       // rows +8 (m % 2), chunk + m / 2
+            a[u] = row0 * W + plain_a(u, lane);
+            b[u] = plain_b(u, lane);
+            bt[u] = trans_b(u, lane);
         }
     }
 };

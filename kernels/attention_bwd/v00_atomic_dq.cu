@@ -20,6 +20,30 @@
 // step's copies running under the current step's five products.
 #include "fa2_bwd_common.cuh"
 
+// Where a warp's dQ tile reads, fixed for the whole kernel: its 32 query rows of dS^T ([BN][BM], two m16 tiles) and
+// its NQ n8 columns of K ([BN][D], NQ / 2 tile pairs). The warp's position is known only at run time, so these are
+// computed once here rather than indexed out of BwdLaneOffsets (a run-time index would put that array in local
+// memory).
+template <int D, int BN, int BM>
+struct DqWarpTile {
+    static constexpr int WARPS = BN / 16, WR = BM / 32, WC = WARPS / WR, NQ = D / WC / 8;
+    static_assert(WR * WC == WARPS && NQ % 2 == 0, "dQ: 32-row by 16k-column warp tiles");
+    int mq0, nq0;              // first query row, first n8 column tile
+    int ds[2], kb[NQ / 2];     // element offsets in dS^T (per m16 tile) and in K (per pair of n8 tiles)
+    __device__ __forceinline__ DqWarpTile(int warp, int lane) : mq0(32 * (warp / WC)), nq0(NQ * (warp % WC)) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            const int m0 = mq0 + 16 * mt;
+            ds[mt] = BwdLaneOffsets<BM>::plain_b((m0 / 16) % 4, lane) + 64 * (m0 / 64);
+        }
+#pragma unroll
+        for (int n = 0; n < NQ; n += 2) {
+            const int nn = nq0 + n;
+            kb[n / 2] = BwdLaneOffsets<D>::trans_b((nn / 2) % 4, lane) + 64 * (nn / 8);
+        }
+    }
+};
+
 // One (query head, query tile) step for a warp's 16 keys: S^T and dP^T, P^T and dS^T, dV and dK, and with
 // ATOMIC_DQ dQ's contribution. kmin[e]: the first query row that sees key row g + 8 e of the warp (int max for
 // keys past Sk); MASK: some (key, query) pair of the tile is not visible.
@@ -27,7 +51,7 @@ template <int D, int BN, int BM, bool MASK, bool ATOMIC_DQ>
 __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bfloat16* vs, const __nv_bfloat16* qs,
                                           const __nv_bfloat16* dos, const float* lse_s, const float* delta_s,
                                           __nv_bfloat16* dss, float* dq_rows, int i0, int Sq, const int (&kmin)[2],
-                                          const BwdLaneOffsets<D>& at, const BwdLaneOffsets<BM>& ds_at,
+                                          const BwdLaneOffsets<D>& at, const DqWarpTile<D, BN, BM>& wt,
                                           float (&dk)[D / 8][4], float (&dv)[D / 8][4], float scale_log2) {
     constexpr int WARPS = BN / 16, NT = BM / 8, OT = D / 8, KT = D / 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -37,8 +61,8 @@ __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bf
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
         unsigned ka[4], va[4];
-        ldmatrix_x4(ka, ks + at.a[kk % 4] + 64 * (kk / 4));
-        ldmatrix_x4(va, vs + at.a[kk % 4] + 64 * (kk / 4));
+        ldmatrix_x4(ka, ks + at.a[kk % 4] + 64 * (kk / 4) + 16 * warp * D);
+        ldmatrix_x4(va, vs + at.a[kk % 4] + 64 * (kk / 4) + 16 * warp * D);
 #pragma unroll
         for (int n = 0; n < NT; n += 2) {
             unsigned qb[4], ob[4];
@@ -51,7 +75,9 @@ __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bf
         }
     }
     // P^T = exp2(s scale_log2 - lse_log2) (0 for padded rows and rows that see no key: lse_log2 = +inf there), and
-    // dS^T = P^T o (dP^T - delta), both in place. Query column c = 8 n + 2 t (+ 1).
+    // dS^T = P^T o (dP^T - delta), rounded to bf16 as soon as each 16-query slice is done: packed, they are the A
+    // fragments of dV and dK (fa2_p_as_a) at half the registers of the fp32 tiles. Query column c = 8 n + 2 t (+ 1).
+    unsigned pa[BM / 16][4], da[BM / 16][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         const float2 l2 = *reinterpret_cast<const float2*>(lse_s + 8 * n + 2 * t);
@@ -63,41 +89,40 @@ __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bf
                 if (i0 + 8 * n + 2 * t + (e & 1) < kmin[e >> 1]) p = 0.f;
             }
             s[n][e] = p;
-            dp[n][e] = p * (dp[n][e] - ((e & 1) ? dl.x : dl.x));
+            dp[n][e] = p * (dp[n][e] - ((e & 1) ? dl.y : dl.x));
+        }
+        if (n % 2 == 1) {
+            fa2_p_as_a<NT>(s, n / 2, pa[n / 2]);
+            fa2_p_as_a<NT>(dp, n / 2, da[n / 2]);
         }
     }
     // dV += P^T dO, dK += dS^T Q: k runs over the tile's queries.
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {
-        unsigned pa[4], da[4];
-        fa2_p_as_a<NT>(s, kk, pa);
-        fa2_p_as_a<NT>(dp, kk, da);
 #pragma unroll
         for (int n = 0; n < OT; n += 2) {
             unsigned ob[4], qb[4];
             ldmatrix_x4_trans(ob, dos + at.bt[(n / 2) % 4] + 16 * kk * D + 64 * (n / 8));
-            mma_m16n8k16_bf16(dv[n], pa, ob[0], ob[1]);
-            mma_m16n8k16_bf16(dv[n + 1], pa, ob[2], ob[3]);
+            mma_m16n8k16_bf16(dv[n], pa[kk], ob[0], ob[1]);
+            mma_m16n8k16_bf16(dv[n + 1], pa[kk], ob[2], ob[3]);
             ldmatrix_x4_trans(qb, qs + at.bt[(n / 2) % 4] + 16 * kk * D + 64 * (n / 8));
-            mma_m16n8k16_bf16(dk[n], da, qb[0], qb[1]);
-            mma_m16n8k16_bf16(dk[n + 1], da, qb[2], qb[3]);
+            mma_m16n8k16_bf16(dk[n], da[kk], qb[0], qb[1]);
+            mma_m16n8k16_bf16(dk[n + 1], da[kk], qb[2], qb[3]);
         }
     }
     if constexpr (ATOMIC_DQ) {
         // dS^T -> shared memory, [BN keys][BM queries] bf16, swizzled.
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
+        for (int n = 0; n < NT; ++n)                                 // da[n / 2][2 (n % 2) + h]: row g + 8 h
 #pragma unroll
             for (int h = 0; h < 2; ++h)
                 *reinterpret_cast<unsigned*>(dss + fa2_swz<BM>(16 * warp + g + 8 * h, 8 * n + 2 * t)) =
-                    pack_bf16x2(dp[n][2 * h], dp[n][2 * h + 1]);
+                    da[n / 2][2 * (n % 2) + h];
         __syncthreads();
         // dQ[BM][D] += dS K over the tile's BN keys: warp (wr, wc) takes query rows 32 wr .. + 31 and head
         // columns CQ wc .. + CQ - 1. dS's A fragments come from dS^T by ldmatrix.trans, K's B fragments by
         // ldmatrix.trans of the [key][d] tile.
-        constexpr int WR = BM / 32, WC = WARPS / WR, CQ = D / WC, NQ = CQ / 8;
-        static_assert(WR * WC == WARPS && NQ % 2 == 0, "dQ: 32-row by 16k-column warp tiles");
-        const int mq0 = 32 * (warp / WC), nq0 = NQ * (warp % WC);     // first query row, first n8 tile
+        constexpr int NQ = DqWarpTile<D, BN, BM>::NQ;
         float acc[2][NQ][4];
         fa2_zero(acc[0]);
         fa2_zero(acc[1]);
@@ -105,15 +130,11 @@ __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bf
         for (int kk = 0; kk < BN / 16; ++kk) {
             unsigned a[2][4];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-                const int m0 = mq0 + 16 * mt;
-                ldmatrix_x4_trans(a[mt], dss + ds_at.b[(m0 / 16) % 4] + 16 * kk * BM + 64 * (m0 / 64));
-            }
+            for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], dss + wt.ds[mt] + 16 * kk * BM);
 #pragma unroll
             for (int n = 0; n < NQ; n += 2) {
-                const int nn = nq0 + n;
                 unsigned kb[4];
-                ldmatrix_x4_trans(kb, ks + at.bt[(nn / 2) % 4] + 16 * kk * D + 64 * (nn / 8));
+                ldmatrix_x4_trans(kb, ks + wt.kb[n / 2] + 16 * kk * D);
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
                     mma_m16n8k16_bf16(acc[mt][n], a[mt], kb[0], kb[1]);
@@ -125,11 +146,11 @@ __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bf
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int i = i0 + mq0 + 16 * mt + g + 8 * h;
+                const int i = i0 + wt.mq0 + 16 * mt + g + 8 * h;
                 if (i >= Sq) continue;
 #pragma unroll
                 for (int n = 0; n < NQ; ++n)
-                    bwd_atomic_add2(dq_rows + (size_t)i * D + 8 * (nq0 + n) + 2 * t, acc[mt][n][2 * h],
+                    bwd_atomic_add2(dq_rows + (size_t)i * D + 8 * (wt.nq0 + n) + 2 * t, acc[mt][n][2 * h],
                                     acc[mt][n][2 * h + 1]);
             }
     }
@@ -183,8 +204,8 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restri
     float dk_acc[OT][4], dv_acc[OT][4];
     fa2_zero(dk_acc);
     fa2_zero(dv_acc);
-    const BwdLaneOffsets<D> at(16 * warp, lane);
-    const BwdLaneOffsets<BM> ds_at(0, lane);
+    const BwdLaneOffsets<D> at(0, lane);             // the warp's key rows are added where used
+    const DqWarpTile<D, BN, BM> wt(warp, lane);
     for (int s = 0; s < steps; ++s) {
         const int cur = s & 1;
         if (s + 1 < steps) load_step(s + 1, cur ^ 1);                // runs during this step's products
@@ -198,10 +219,10 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restri
         const __nv_bfloat16 *qc = qs + cur * BM * D, *dc = dos + cur * BM * D;
         if (mask)
             dkdv_step<D, BN, BM, true, ATOMIC_DQ>(ks, vs, qc, dc, lse_s + cur * BM, delta_s + cur * BM, dss, dq_rows,
-                                                  i0, Sq, kmin, at, ds_at, dk_acc, dv_acc, scale_log2);
+                                                  i0, Sq, kmin, at, wt, dk_acc, dv_acc, scale_log2);
         else
             dkdv_step<D, BN, BM, false, ATOMIC_DQ>(ks, vs, qc, dc, lse_s + cur * BM, delta_s + cur * BM, dss, dq_rows,
-                                                   i0, Sq, kmin, at, ds_at, dk_acc, dv_acc, scale_log2);
+                                                   i0, Sq, kmin, at, wt, dk_acc, dv_acc, scale_log2);
         __syncthreads();                                             // stage cur (and dS^T) are refilled next
     }
     cp_async_wait<0>();
