@@ -17,6 +17,9 @@
 #   env TEST_TIMEOUT_S / RUN_TIMEOUT_S cap the tests / the notebook run (a host's per-command limit:
 #                   the tarball is still written when the run is cut off)
 #   --out DIR       where logs and the tarball of executed notebooks + results go (default $OUT or gpu_out)
+#   --pack-cache    also leave kernel_cache.tar.gz (the compile cache, .cache/kernels) in the out dir: unpacked into
+#                   a checkout and carried to the next host (a build output, git-ignored), it saves a cold host the
+#                   minutes NVRTC takes to compile the chapters' kernels
 #
 # Wheels for what the host lacks (make wheelhouse, on a connected machine) are installed from .whl/
 # into /tmp/site with no index. Everything is logged; the tarball book_outputs.tar.gz holds
@@ -24,7 +27,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT:-gpu_out}
-TESTS=0; NBVAL=0; RUN_ARGS=""; TEST_ARGS="tests"; TESTS_FIRST=0; AMPERE=0; COMPILE_TIMES=0; SANITIZE=""
+TESTS=0; NBVAL=0; RUN_ARGS=""; TEST_ARGS="tests"; TESTS_FIRST=0; AMPERE=0; COMPILE_TIMES=0; SANITIZE=""; PACK_CACHE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) TESTS=1 ;;
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
     --run) RUN_ARGS="$2"; shift ;;
     --sanitize) SANITIZE="$2"; shift ;;
     --out) OUT_DIR="$2"; shift ;;
+    --pack-cache) PACK_CACHE=1 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
@@ -125,6 +129,10 @@ if [ "$NBVAL" = 1 ]; then
   BOOK_RESULTS=$(mktemp -d) python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env $nbs \
     2>&1 | tee "$OUT_DIR/nbval.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if [ "$PACK_CACHE" = 1 ] && [ -d "$BOOK_CACHE_DIR" ]; then
+  tar czf "$OUT_DIR/kernel_cache.tar.gz" -C "$(dirname "$BOOK_CACHE_DIR")" "$(basename "$BOOK_CACHE_DIR")" 2>/dev/null || true
 fi
 
 exit $status
