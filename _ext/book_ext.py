@@ -21,8 +21,8 @@ Loaded by _config.yml (`sphinx.local_extensions`). It does five things:
    of every build by utils.report, so it always shows exactly the stored record.
 6. ``{glue:text}`` shows the glued text as it was formatted. myst-nb 1.x passes the text through
    ``ast.literal_eval`` before printing it, which turns "3,955" into the tuple (3, 955) and "1.00" into 1.0;
-   with no format spec in the role, the text now stays verbatim (a quoted string literal still loses its
-   quotes).
+   with no format spec in the role (myst-nb then passes "s"), the text now stays verbatim (a quoted string
+   literal still loses its quotes).
 """
 from __future__ import annotations
 
@@ -156,11 +156,12 @@ def write_results_page(app: Sphinx, config) -> None:
 
 
 def glue_text_verbatim(text: str, fmt_spec: str) -> str:
-    """myst-nb's format_plain_text, except that with no format spec the glued text is returned as written."""
+    """myst-nb's format_plain_text, except that with no format spec (the role passes "s" when ``key:spec`` has
+    none) the glued text is returned as written."""
     from ast import literal_eval
 
     from myst_nb.core.variables import format_plain_text
-    if fmt_spec:
+    if fmt_spec not in ("", "s"):
         return format_plain_text(text, fmt_spec)
     try:
         value = literal_eval(text)

@@ -11,8 +11,9 @@ pytest.importorskip("myst_nb")
 
 @pytest.mark.parametrize("text,shown", [("3,955", "3,955"), ("1.00", "1.00"), ("+1.9%", "+1.9%"), ("9.5e-07", "9.5e-07"),
                                         ("'quoted'", "quoted"), ("落在预测之内", "落在预测之内"), ("(2, 3)", "(2, 3)")])
-def test_glued_text_is_shown_as_formatted(text, shown):
-    assert book_ext.glue_text_verbatim(text, "") == shown
+@pytest.mark.parametrize("spec", ["", "s"])                  # the role passes "s" when `key` has no ":spec"
+def test_glued_text_is_shown_as_formatted(text, shown, spec):
+    assert book_ext.glue_text_verbatim(text, spec) == shown
 
 
 def test_a_format_spec_still_formats():
