@@ -9,10 +9,14 @@ version recomputes. ``out`` and ``lse`` come from the forward's fastest version 
 """
 from __future__ import annotations
 
-from kernels.attention.ladders import ODD, SEQLENS, bench_shapes  # noqa: F401  (re-exported for the chapter)
-from utils.ladder import Case, Ladder
+import numpy as np
 
-from . import ATTN_BWD, flops, reference_grads
+from kernels.attention.ladders import (ODD, SEQLENS, bench_shapes, config_name, fractions,  # noqa: F401  (re-exported
+                                       roofline_points, tflops)                            # for the chapter)
+from utils.ladder import Case, Ladder
+from utils.table import Table
+
+from . import ATTN_BWD, TILES, dkdv_smem, flops, reference_grads
 
 FORWARD = "v4_tuned"             # the forward version that writes out and lse for the cases
 
@@ -43,6 +47,12 @@ def ladder_reference(case: Case):
 def cost(shape, dtype) -> float:
     B, Hq, _, Sq, Sk, D, causal = shape
     return flops(B, Hq, Sq, Sk, D, bool(causal))
+
+
+def nbytes(shape, dtype=None) -> float:
+    """The minimum bytes: q, k, v, out and dout read, dq, dk and dv written once (bf16), lse read once (fp32)."""
+    B, Hq, Hkv, Sq, Sk, D, _ = shape
+    return 2.0 * D * (4 * B * Hq * Sq + 4 * B * Hkv * Sk) + 4.0 * B * Hq * Sq
 
 
 def sdpa_backward_peer(backend: str):
@@ -77,4 +87,103 @@ def bwd_ladder(rec, shapes, *, peers=None, seed: int = 16) -> Ladder:
     """The backward ladder: checked on ODD (dq, dk, dv poisoned), timed on ``shapes`` beside ``peers`` (default
     PEERS)."""
     return Ladder(rec, ATTN_BWD, shapes=shapes, dtypes=["bfloat16"], make=make, reference=ladder_reference,
-                  flops=cost, odd_shapes=ODD, peers=PEERS if peers is None else peers, ceiling=None, seed=seed)
+                  flops=cost, nbytes=nbytes, odd_shapes=ODD, peers=PEERS if peers is None else peers, ceiling=None,
+                  seed=seed)
+
+
+# --- what the chapter's tables read from the ladder -----------------------------------------------------------
+
+V1_PRODUCTS = 7                  # v1 computes S and dP twice: 7 products a (query, key) pair against the op's 5
+
+
+def geomean(xs) -> float:
+    return float(np.exp(np.mean(np.log(np.asarray(xs, dtype=float)))))
+
+
+def ledger_table(shapes, mma_peak: float, copy_gbps: float) -> Table:
+    """Per configuration: the backward's GFLOP (five products), minimum MB, FLOP per byte, and the floor times: the
+    five products and v1's seven at the mma.sync peak (chapter 12), the minimum bytes at the copy bandwidth."""
+    rows = []
+    for s in shapes:
+        f, b = cost(s, None), nbytes(s)
+        floor = f / (mma_peak * 1e12) * 1e6
+        rows.append([config_name(s), f"{s[0]}x{s[1]}", f"{f / 1e9:,.0f}", f"{b / 1e6:,.0f}", f"{f / b:,.0f}",
+                     f"{floor:,.0f}", f"{floor * V1_PRODUCTS / 5:,.0f}", f"{b / (copy_gbps * 1e9) * 1e6:,.0f}"])
+    return Table(["configuration", "batch x heads", "GFLOP", "min MB", "FLOP/B", "5 products µs", "v1's 7 µs",
+                  "copy µs"], rows,
+                 caption=f"attention backward ledger, floors at the mma.sync peak {mma_peak:.0f} TFLOP/s (chapter 12) "
+                         f"and the copy bandwidth {copy_gbps:.0f} GB/s (chapter 2)", align="ll" + "r" * 6)
+
+
+def tile_impl(label: str, tile) -> str:
+    """The record's impl name of one key-tile shape of a version: ``v1_deterministic[128,64]``."""
+    return f"{ATTN_BWD[label].label}[{tile.bn},{tile.bm}]"
+
+
+def sweep(lad: Ladder, shapes, labels=("v0_atomic_dq", "v1_deterministic")) -> dict:
+    """Time every key-tile shape each version instantiates for each shape's head dimension (a progress bar; each
+    checked after its timing), recorded under :func:`tile_impl`. Returns {(label, D): the tile with the best
+    geometric mean over the shapes of that D}."""
+    from tqdm.auto import tqdm
+    jobs = [(lab, tuple(s), t) for lab in labels for s in shapes for t in TILES[s[5]]]
+    for lab, shape, tile in tqdm(jobs, desc="attn_bwd tiles"):
+        lad.time(lab, [shape], config=tile, impl=tile_impl(lab, tile), extra={"swept": True})
+    return {(lab, D): max(TILES[D], key=lambda t: geomean([tflops(lad, tile_impl(lab, t), s)
+                                                           for s in shapes if s[5] == D]))
+            for lab in labels for D in sorted({s[5] for s in shapes})}
+
+
+def sweep_table(lad: Ladder, shapes, labels=("v0_atomic_dq", "v1_deterministic"),
+                peer: str = "torch.sdpa.flash") -> Table:
+    """Each version's tiles: warps, shared memory, the fraction of ``peer`` on each swept configuration (one
+    head dimension's configurations per row) and their geometric mean."""
+    rows = []
+    for lab in labels:
+        atomic = ATTN_BWD[lab].label == "v0_atomic_dq"
+        for D in sorted({s[5] for s in shapes}):
+            mine = [tuple(s) for s in shapes if s[5] == D]
+            for t in TILES[D]:
+                r = fractions(lad, tile_impl(lab, t), peer, mine)
+                rows.append([lab, f"d{D}", f"{t.bn} x {t.bm}", str(t.bn // 16),
+                             f"{dkdv_smem(D, t, atomic) / 1024:.0f}", *[f"{x:.2f}" for x in r], f"{geomean(r):.2f}"])
+    cols = ["version", "head dim", "keys x queries a step", "warps", "smem KiB",
+            *[config_name(s).split(" ", 1)[1] for s in shapes if s[5] == shapes[0][5]], "geomean"]
+    return Table(cols, rows, caption=f"the key-tile kernel's tiles, fraction of {peer} in this run",
+                 align="lllll" + "r" * (len(cols) - 5))
+
+
+def bar_table(lad: Ladder, labels, shapes, peers=("torch.sdpa.flash", "torch.sdpa.cudnn")) -> Table:
+    """The peers' TFLOP/s and each version's, with its fraction of each peer, on every configuration (one run)."""
+    rows = []
+    for s in shapes:
+        row = [config_name(s), *[f"{tflops(lad, p, s):.0f}" for p in peers]]
+        for lab in labels:
+            mine = tflops(lad, lab, s)
+            row += [f"{mine:.0f}", *[f"{mine / tflops(lad, p, s):.2f}" for p in peers]]
+        rows.append(row)
+    short = [p.split(".")[-1] for p in peers]
+    cols = ["configuration", *[f"{p} TFLOP/s" for p in short],
+            *[c for lab in labels for c in (f"{lab} TFLOP/s", *[f"of {p}" for p in short])]]
+    return Table(cols, rows, caption="the backward against PyTorch SDPA's backends (backward only), every "
+                                     "configuration, one run", align="l" + "r" * (len(cols) - 1))
+
+
+def run_twice(label: str, shape, seed: int = 165) -> dict:
+    """Run one version twice on the same inputs (outputs poisoned before each run). Per output (dq, dk, dv): how
+    many elements differ in their bits, out of how many, and the largest |difference| over the largest |value|."""
+    import cupy
+
+    from utils.check import poison
+    case = make(tuple(shape), "bfloat16", np.random.default_rng(seed))
+    runs = []
+    for _ in range(2):
+        for i in case.outputs:
+            poison(case.args[i])
+        ATTN_BWD[label](*case.args, **case.kwargs)
+        runs.append([case.args[i].copy() for i in case.outputs])
+    out = {}
+    for name, a, b in zip(("dq", "dk", "dv"), *runs):
+        fa, fb = a.astype(cupy.float32), b.astype(cupy.float32)
+        out[name] = {"differ": int(cupy.count_nonzero(a.view(cupy.uint16) != b.view(cupy.uint16))), "of": int(a.size),
+                     "max_rel": float(cupy.abs(fa - fb).max() / cupy.abs(fa).max())}
+    return out

@@ -44,6 +44,7 @@ struct DqWarpTile {
     }
 };
 
+// [[snippet: attn_bwd_dkdv_step]]
 // One (query head, query tile) step for a warp's 16 keys: S^T and dP^T, P^T and dS^T, dV and dK, and with
 // ATOMIC_DQ dQ's contribution. kmin[e]: the first query row that sees key row g + 8 e of the warp (int max for
 // keys past Sk); MASK: some (key, query) pair of the tile is not visible.
@@ -155,6 +156,7 @@ __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bf
             }
     }
 }
+// [[/snippet]]
 
 // [[snippet: attn_bwd_v0]]
 template <int D, int BN, int BM, bool ATOMIC_DQ>

@@ -10,6 +10,7 @@
 // the forward reads V. lse and delta are per row, held in registers.
 #include "fa2_bwd_common.cuh"
 
+// [[snippet: attn_bwd_dq_key_tile]]
 // One key tile for a warp's MT x 16 query rows: S and dP from the staged tiles kc, vc, P and dS, dQ += dS K.
 template <int D, int BC, int MT, bool MASK>
 __device__ __forceinline__ void dq_key_tile(const __nv_bfloat16* qs, const __nv_bfloat16* dos, const __nv_bfloat16* kc,
@@ -73,6 +74,7 @@ __device__ __forceinline__ void dq_key_tile(const __nv_bfloat16* qs, const __nv_
         }
     }
 }
+// [[/snippet]]
 
 // [[snippet: attn_bwd_v1]]
 template <int D, int MT, int BC>
