@@ -60,6 +60,9 @@ V2_SOURCE = KernelSource("attention/v02_pipeline.cu", requires=("bf16-mma", "cp.
                          name_expressions=tuple(f"attn_fwd_pipeline<{d}, {V2_BC[d]}, {edge}>"
                                                 for d in HEAD_DIMS for edge in ("false", "true")))
 
+# chapter 14's standard attention (kernels/attention/io_aware.py): the causal fill between its two cuBLAS products.
+# Declared here, where the compile checks look for every kernels module's sources.
+FILL_SOURCE = KernelSource("attention/io_aware.cu")
 V4_BR = 128                      # v4: query rows per block (two m16 tiles a warp, 4 warps)
 
 

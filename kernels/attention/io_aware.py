@@ -32,11 +32,11 @@ import numpy as np
 
 from utils.arrays import bf16, ceil_div
 from utils.arrays import xp as array_module
-from utils.build import KernelSource
 from utils.ops import expect_array, expect_same_device
 from utils.table import Table
 
-from . import ATTN_FWD, V0_BC, V0_ROWS, Rows, check_causal, flops, qkv_sizes, resolve_scale, visible_keys
+from . import (ATTN_FWD, FILL_SOURCE, V0_BC, V0_ROWS, Rows, check_causal, flops, qkv_sizes, resolve_scale,
+                visible_keys)
 
 OP = "attn_fwd"
 STANDARD = "standard_unfused"            # the record's impl name of the three-kernel path
@@ -47,7 +47,6 @@ FP32 = 4
 SOFTMAX_ELEMENTS = 2**31 - 1             # kernels.softmax takes rows x cols < 2^31 a launch
 SOFTMAX_BLOCK_COLS = 32768               # longest bf16 row a block holds (kernels.softmax.DISPATCH); longer rows
 SOFTMAX_GRID_Y = 65535                   # go to a cluster per row, at most 65535 rows a launch
-FILL_SOURCE = KernelSource("attention/io_aware.cu")
 FILL_THREADS = 256
 FILL_BLOCKS = 1 << 16                    # grid-stride over rows beyond this
 
