@@ -14,7 +14,7 @@
 #   --run ARGS      python -m utils.run ARGS, e.g. --run "--stale --budget-s 480"
 #   --sanitize OPS  compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over the op families OPS,
 #                   e.g. --sanitize "hgemm sgemm" (scripts/sanitize.py; env SANITIZE_TIMEOUT_S per tool)
-#   env TEST_TIMEOUT_S / RUN_TIMEOUT_S cap the tests / the notebook run (a host's per-command limit:
+#   env TEST_TIMEOUT_S / RUN_TIMEOUT_S / NBVAL_TIMEOUT_S cap the tests / the notebook run / nbval (a host's per-command limit:
 #                   the tarball is still written when the run is cut off)
 #   --out DIR       where logs and the tarball of executed notebooks + results go (default $OUT or gpu_out)
 #   --pack-cache    also leave kernel_cache.tar.gz (the compile cache, .cache/kernels) in the out dir: unpacked into
@@ -126,7 +126,8 @@ if [ "$NBVAL" = 1 ]; then
   nbs=${NBVAL_NOTEBOOKS:-$(python3 -c "from utils.stamp import toc_notebooks; print(' '.join(map(str, toc_notebooks())))")}
   # shellcheck disable=SC2086
   # nbval re-executes to verify; its records go to a scratch folder, not over the stored ones.
-  BOOK_RESULTS=$(mktemp -d) python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env $nbs \
+  BOOK_RESULTS=$(mktemp -d) timeout "${NBVAL_TIMEOUT_S:-86400}" python3 -m pytest -q -p no:cacheprovider \
+    --nbval-lax --nbval-current-env $nbs \
     2>&1 | tee "$OUT_DIR/nbval.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

@@ -35,6 +35,10 @@ SHAPES = {
     # see no key (Sq > Sk)
     "attention": [(1, 1, 1, 1, 1, 64, 0), (1, 2, 1, 17, 17, 64, 1), (1, 2, 2, 70, 130, 128, 1),
                   (1, 2, 1, 100, 33, 128, 1), (2, 1, 1, 1, 200, 64, 1), (1, 1, 1, 65, 200, 64, 0)],
+    # chapter 16: the backward on the same kind of shapes (partial key and query tiles, GQA summed in dK/dV,
+    # causal rows that see no key, one query against many keys)
+    "attention_bwd": [(1, 1, 1, 1, 1, 64, 0), (1, 2, 1, 17, 17, 64, 1), (1, 2, 2, 70, 130, 128, 1),
+                      (1, 2, 1, 100, 33, 128, 1), (1, 1, 1, 1, 200, 64, 1)],
 }
 
 
@@ -62,6 +66,10 @@ def cases(op: str):
         from kernels.attention import ATTN_FWD
         from kernels.attention.ladders import ladder_reference, make
         return ATTN_FWD, lambda s, rng: make(s, "bfloat16", rng), ladder_reference, "bfloat16"
+    if op == "attention_bwd":
+        from kernels.attention_bwd import ATTN_BWD
+        from kernels.attention_bwd.ladders import ladder_reference, make
+        return ATTN_BWD, lambda s, rng: make(s, "bfloat16", rng), ladder_reference, "bfloat16"
     raise SystemExit(f"unknown op {op!r}; expected one of {sorted(SHAPES)}")
 
 
@@ -74,9 +82,14 @@ def child(op: str) -> int:
     for v in registry.runnable():
         for shape in SHAPES[op]:
             case = make(shape, np.random.default_rng(sum(shape)))
-            poison(case.out)
+            outs = [case.args[i] for i in case.outputs]     # the backward writes three (dq, dk, dv)
+            for o in outs:
+                poison(o)
             v(*case.args, **case.kwargs)
-            assert_close(case.out, reference(case), dtype=dtype, name=f"{v.label} {shape}")
+            refs = reference(case)
+            refs = refs if len(outs) > 1 else [refs]
+            for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
+                assert_close(o, r, dtype=dtype, name=f"{v.label} {shape} output {i}")
             print(f"ok {v.label} {'x'.join(map(str, shape))}", flush=True)
     return 0
 

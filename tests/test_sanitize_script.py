@@ -39,7 +39,7 @@ def test_a_tool_passes_only_with_exit_0_and_no_errors(tmp_path, text, rc, passed
 
 def test_every_op_has_small_shapes_with_tails_and_tma_readable_ones():
     mod = load()
-    assert set(mod.SHAPES) == {"hgemm", "sgemm", "gemm_sm90", "w4a16_wgmma", "attention"}
+    assert set(mod.SHAPES) == {"hgemm", "sgemm", "gemm_sm90", "w4a16_wgmma", "attention", "attention_bwd"}
     for op in ("hgemm", "gemm_sm90"):                                   # (M, N, K): v4 on need TMA-readable rows
         assert any(K % 8 == 0 and N % 8 == 0 for _, N, K in mod.SHAPES[op])
         assert any(K % 8 or N % 8 for _, N, K in mod.SHAPES[op])        # and the fallback
@@ -50,11 +50,12 @@ def test_every_op_has_small_shapes_with_tails_and_tma_readable_ones():
         W.check_shapes(M, K, N)
     assert any(N % 64 for _, _, N in mod.SHAPES["w4a16_wgmma"])         # a partial n64 slice
     from kernels import attention as A                                  # (B, Hq, Hkv, Sq, Sk, D, causal)
-    for B, Hq, Hkv, Sq, Sk, D, _ in mod.SHAPES["attention"]:
-        A.check_sizes(B, Hq, Hkv, Sq, Sk, D)
-    att = mod.SHAPES["attention"]
-    assert any(Sq % A.MMA_BR and Sk % 64 for _, _, _, Sq, Sk, _, _ in att)    # partial row and key tiles
-    assert any(c and Sq > Sk for *_, Sq, Sk, _, c in att)                      # causal rows that see no key
-    assert {D for *_, D, _ in att} == set(A.HEAD_DIMS) and any(Hq > Hkv for _, Hq, Hkv, *_ in att)
+    for op in ("attention", "attention_bwd"):
+        att = mod.SHAPES[op]
+        for B, Hq, Hkv, Sq, Sk, D, _ in att:
+            A.check_sizes(B, Hq, Hkv, Sq, Sk, D)
+        assert any(Sq % A.MMA_BR and Sk % 64 for _, _, _, Sq, Sk, _, _ in att)    # partial row and key tiles
+        assert any(c and Sq > Sk for *_, Sq, Sk, _, c in att)                      # causal rows that see no key
+        assert {D for *_, D, _ in att} == set(A.HEAD_DIMS) and any(Hq > Hkv for _, Hq, Hkv, *_ in att)
     with pytest.raises(SystemExit, match="unknown op"):
         mod.cases("nope")

@@ -13,15 +13,16 @@ __device__ __forceinline__ int fa2_swz(int r, int c) {
 }
 
 // Copy rows [row0, row0 + ROWS) of a [S][D] head into a swizzled tile by 16-byte cp.async; rows at or past S are
-// zero-filled (src_bytes 0: nothing is read). All 128 threads take part, each copying the same chunk of every
-// PASS-th row: since PASS is a multiple of 8, the chunk's swizzled place is the same in each of those rows, so the
-// addresses advance by a constant. The caller commits the group.
+// zero-filled (src_bytes 0: nothing is read). All THREADS threads of the block take part (128 in the forward; the
+// backward's key-tile kernel runs 4 or 8 warps), each copying the same chunk of every PASS-th row: since PASS is a
+// multiple of 8, the chunk's swizzled place is the same in each of those rows, so the addresses advance by a
+// constant. The caller commits the group.
 // ``stride``: elements from one row of the head to the next (D for [B, H, S, D]; H D for varlen's packed [T, H, D]).
-template <int ROWS, int D>
+template <int ROWS, int D, int THREADS = 128>
 __device__ __forceinline__ void fa2_load_tile(__nv_bfloat16* tile, const __nv_bfloat16* head, int row0, int S,
                                               int stride = D) {
-    constexpr int CHUNKS = D / 8, PASS = 128 / CHUNKS;              // 16-byte chunks a row; rows a pass copies
-    static_assert(PASS % 8 == 0 && ROWS % PASS == 0, "fa2_load_tile: 128 threads, whole passes of 8k rows");
+    constexpr int CHUNKS = D / 8, PASS = THREADS / CHUNKS;          // 16-byte chunks a row; rows a pass copies
+    static_assert(PASS % 8 == 0 && ROWS % PASS == 0, "fa2_load_tile: whole passes of 8k rows");
     const int r = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
     __nv_bfloat16* dst = tile + r * D + 8 * (c ^ (r % 8));
     const __nv_bfloat16* src = head + (size_t)(row0 + r) * stride + 8 * c;

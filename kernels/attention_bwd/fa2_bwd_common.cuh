@@ -1,25 +1,9 @@
 // fa2_bwd_common.cuh: what the FlashAttention-2 backward kernels (chapter 16) share beyond the forward's headers:
-// tile loads for any block size, the lane offsets of the four ldmatrix patterns the backward reads, and the
+// float loads, the lane offsets of the four ldmatrix patterns the backward reads, and the
 // two-float atomic add that accumulates dQ. Swizzle and fragment layouts are the forward's (fa2_tiles.cuh,
 // mma_sm80.cuh): rows of W bf16 with 16-byte chunk c of row r stored at chunk c ^ (r % 8).
 #pragma once
 #include "fa2_tiles.cuh"
-
-// Copy rows [row0, row0 + ROWS) of a [S][D] head into a swizzled tile by 16-byte cp.async, rows at or past S
-// zero-filled: fa2_load_tile for blocks of THREADS threads (the backward's key-tile kernel runs 4 or 8 warps).
-template <int ROWS, int D, int THREADS>
-__device__ __forceinline__ void bwd_load_tile(__nv_bfloat16* tile, const __nv_bfloat16* head, int row0, int S) {
-    constexpr int CHUNKS = D / 8, PASS = THREADS / CHUNKS;          // 16-byte chunks a row; rows a pass copies
-    static_assert(PASS % 8 == 0 && ROWS % PASS == 0, "bwd_load_tile: whole passes of 8k rows");
-    const int r = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
-    __nv_bfloat16* dst = tile + r * D + 8 * (c ^ (r % 8));
-    const __nv_bfloat16* src = head + (size_t)(row0 + r) * D + 8 * c;
-#pragma unroll
-    for (int p = 0; p < ROWS / PASS; ++p) {
-        const bool in = row0 + r + p * PASS < S;
-        cp_async16(dst + p * PASS * D, in ? src + (size_t)p * PASS * D : head, in ? 16 : 0);
-    }
-}
 
 // Copy N floats (a multiple of 4, the source padded so that every chunk exists) by 16-byte cp.async, one chunk
 // each for threads first .. first + N / 4 - 1; the others copy nothing.

@@ -194,13 +194,13 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restri
     auto load_step = [&](int s, int stage) {
         const int h = kvh * group + s / tiles, i0 = (first + s % tiles) * BM;
         const size_t bh = (size_t)b * Hq + h;
-        bwd_load_tile<BM, D, THREADS>(qs + stage * BM * D, q + bh * Sq * D, i0, Sq);
-        bwd_load_tile<BM, D, THREADS>(dos + stage * BM * D, dout + bh * Sq * D, i0, Sq);
+        fa2_load_tile<BM, D, THREADS>(qs + stage * BM * D, q + bh * Sq * D, i0, Sq);
+        fa2_load_tile<BM, D, THREADS>(dos + stage * BM * D, dout + bh * Sq * D, i0, Sq);
         bwd_load_floats<BM>(lse_s + stage * BM, lse_log2 + bh * Sq_pad + i0, 0);
         bwd_load_floats<BM>(delta_s + stage * BM, delta + bh * Sq_pad + i0, BM / 4);
     };
-    bwd_load_tile<BN, D, THREADS>(ks, k_head, j0, Sk);               // group 0: K, V and the first step
-    bwd_load_tile<BN, D, THREADS>(vs, v_head, j0, Sk);
+    fa2_load_tile<BN, D, THREADS>(ks, k_head, j0, Sk);               // group 0: K, V and the first step
+    fa2_load_tile<BN, D, THREADS>(vs, v_head, j0, Sk);
     load_step(0, 0);
     cp_async_commit();
     float dk_acc[OT][4], dv_acc[OT][4];

@@ -110,11 +110,11 @@ attn_bwd_dq(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict
     const int tiles = (attn_visible(min(row0 + BR, Sq) - 1, Sq, Sk, causal) + BC - 1) / BC;
     const int unmasked = attn_visible(row0, Sq, Sk, causal) / BC;   // tiles every row of the block sees whole
 
-    bwd_load_tile<BR, D, 128>(qs, q + bh * Sq * D, row0, Sq);        // group 0: Q, dO and the first K, V tile
-    bwd_load_tile<BR, D, 128>(dos, dout + bh * Sq * D, row0, Sq);
+    fa2_load_tile<BR, D, 128>(qs, q + bh * Sq * D, row0, Sq);        // group 0: Q, dO and the first K, V tile
+    fa2_load_tile<BR, D, 128>(dos, dout + bh * Sq * D, row0, Sq);
     if (tiles > 0) {
-        bwd_load_tile<BC, D, 128>(ks, k_head, 0, Sk);
-        bwd_load_tile<BC, D, 128>(vs, v_head, 0, Sk);
+        fa2_load_tile<BC, D, 128>(ks, k_head, 0, Sk);
+        fa2_load_tile<BC, D, 128>(vs, v_head, 0, Sk);
     }
     cp_async_commit();
     float acc[MT][OT][4];
@@ -124,8 +124,8 @@ attn_bwd_dq(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict
     for (int j = 0; j < tiles; ++j) {
         const int cur = j & 1;
         if (j + 1 < tiles) {
-            bwd_load_tile<BC, D, 128>(ks + (cur ^ 1) * BC * D, k_head, (j + 1) * BC, Sk);
-            bwd_load_tile<BC, D, 128>(vs + (cur ^ 1) * BC * D, v_head, (j + 1) * BC, Sk);
+            fa2_load_tile<BC, D, 128>(ks + (cur ^ 1) * BC * D, k_head, (j + 1) * BC, Sk);
+            fa2_load_tile<BC, D, 128>(vs + (cur ^ 1) * BC * D, v_head, (j + 1) * BC, Sk);
         }
         cp_async_commit();
         cp_async_wait<1>();
