@@ -103,7 +103,14 @@ def test_matches_torch_autograd(version, case):
     want = torch.autograd.grad(out, (q, k, v), as_torch(inputs[5]))
     got = _grads(version, inputs, causal)
     for name, g, w in zip(("dq", "dk", "dv"), got, want):
-        assert_close(g, from_torch(w.float()), dtype="bfloat16", name=f"{version} {case} vs torch: {name} (seed {seed})")
+        what = f"{version} {case} vs torch: {name} (seed {seed})"
+        if Sk == 1 and name != "dv":
+            # One key: P is 1 everywhere, so dS = P (dP - delta) and with it dQ and dK are zero; autograd's are
+            # rounding noise (~1e-7), which a relative comparison would take as the answer.
+            worst = float(abs(g.astype(np.float32)).max())
+            assert worst <= 1e-5, f"{what}: one key, the gradient is zero, but |{name}| reaches {worst:.2e}"
+            continue
+        assert_close(g, from_torch(w.float()), dtype="bfloat16", name=what)
 
 
 @pytest.mark.parametrize("D", [64, 128])
