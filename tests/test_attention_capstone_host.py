@@ -69,6 +69,10 @@ def test_names_are_checked_before_torch_is_needed():
         C.attention_fn("flash")
     with pytest.raises(ValueError, match="backward must name one of"):
         C.flash_attention(None, None, None, backward="v2_fast")
+    with pytest.raises(ValueError, match="attention: expected one of"):
+        C.call_costs(C.Config(), "flash")
+    with pytest.raises(ValueError, match="iters >= 1"):
+        C.call_costs(C.Config(), "ours", iters=0)
 
 
 def test_compare():

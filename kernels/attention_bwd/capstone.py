@@ -287,3 +287,57 @@ def compare(runs: dict, last: int = 50) -> dict:
         raise ValueError(f"compare: last must lie in [1, {diff.size}], got {last}")
     return {"max_diff_last": float(diff[-last:].max()), "max_diff": float(diff.max()),
             "mean_last": {a: float(np.mean(ra["loss"][-last:])), b: float(np.mean(rb["loss"][-last:]))}}
+
+
+# --- where a training step's time goes ---------------------------------------------------------------------------
+
+SPACER_MATMULS = 4                     # 8192^2 bf16 products queued before each timed call: about 6 ms of GPU work
+
+
+def call_costs(cfg: Config, attention, *, backward: str = DEFAULT_BACKWARD, iters: int = 20, warmup: int = 3) -> dict:
+    """One layer's attention, forward and backward, at the model's shape, with q, k and v strided views of one
+    projection as :class:`Block` makes them: {"host_us": the Python time to issue it, "gpu_us": the GPU time of its
+    kernels, "spacer_us"}, medians of ``iters`` calls. Each call is issued while the GPU still works through a
+    spacer (SPACER_MATMULS matrix products), so its kernels are all queued by the time the GPU reaches them: the
+    events around the call then time the kernels alone, and perf_counter times the host. The spacer must outlast the
+    issuing (``spacer_us`` > ``host_us``), or the GPU time would include waiting for the host."""
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"call_costs: expected iters >= 1 and warmup >= 0, got {iters} and {warmup}")
+    attend = attention_fn(attention, backward) if isinstance(attention, str) else attention
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(cfg.seed)
+    B, S, H, Hkv, D = cfg.batch, cfg.seq_len, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    heads = torch.randn(B, S, H + 2 * Hkv, D, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+    dout = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    spacer = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+    def forward_backward():
+        leaf = heads.detach().requires_grad_(True)
+        q, k, v = leaf.split([H, Hkv, Hkv], dim=1)
+        attend(q, k, v).backward(dout)
+
+    def busy():
+        for _ in range(SPACER_MATMULS):
+            spacer @ spacer
+
+    host, gpu = [], []
+    for i in range(warmup + iters):
+        busy()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        forward_backward()
+        t1 = time.perf_counter()
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            host.append((t1 - t0) * 1e6)
+            gpu.append(start.elapsed_time(end) * 1e3)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    busy()
+    end.record()
+    end.synchronize()
+    return {"host_us": float(np.median(host)), "gpu_us": float(np.median(gpu)),
+            "spacer_us": start.elapsed_time(end) * 1e3}

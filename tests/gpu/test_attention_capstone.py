@@ -74,3 +74,14 @@ def test_short_training_runs_agree():
         assert np.mean(r["loss"][-10:]) < r["loss"][0] - 0.3, f"{name}: the loss did not fall: {r['loss'][::10]}"
     cmp = C.compare(runs, last=cfg.steps)
     assert cmp["max_diff"] < 0.02 * min(cmp["mean_last"].values()), cmp
+
+
+def test_call_costs_time_the_kernels_behind_a_spacer():
+    """Both attentions at a small model's shape: host and GPU times are positive and the spacer outlasts the
+    issuing (else the GPU time would include waiting for the host)."""
+    pytest.importorskip("torch")
+    from kernels.attention_bwd import capstone as C
+    cfg = C.Config(d_model=256, n_heads=4, n_kv_heads=2, n_layers=2, seq_len=256, batch=16)
+    for name in C.ATTENTIONS:
+        c = C.call_costs(cfg, name, iters=5)
+        assert 0 < c["gpu_us"] < 10_000 and 0 < c["host_us"] < c["spacer_us"], (name, c)
