@@ -39,6 +39,9 @@ SHAPES = {
     # causal rows that see no key, one query against many keys)
     "attention_bwd": [(1, 1, 1, 1, 1, 64, 0), (1, 2, 1, 17, 17, 64, 1), (1, 2, 2, 70, 130, 128, 1),
                       (1, 2, 1, 100, 33, 128, 1), (1, 1, 1, 1, 200, 64, 1)],
+    # chapters 15-16's variable-length entries: (Hq, Hkv, D, causal, *lengths) with an empty sequence, one token and
+    # partial tiles; make_varlen runs the forward's varlen kernel too, so the sanitizer watches both directions
+    "attention_varlen": [(2, 1, 64, 1, 1, 0, 149, 13), (2, 2, 128, 0, 70, 5, 130)],
 }
 
 
@@ -66,6 +69,10 @@ def cases(op: str):
         from kernels.attention import ATTN_FWD
         from kernels.attention.ladders import ladder_reference, make
         return ATTN_FWD, lambda s, rng: make(s, "bfloat16", rng), ladder_reference, "bfloat16"
+    if op == "attention_varlen":
+        from kernels.attention_bwd import ATTN_BWD_VARLEN
+        from kernels.attention_bwd.ladders import make_varlen, varlen_ladder_reference
+        return ATTN_BWD_VARLEN, lambda s, rng: make_varlen(s, "bfloat16", rng), varlen_ladder_reference, "bfloat16"
     if op == "attention_bwd":
         from kernels.attention_bwd import ATTN_BWD
         from kernels.attention_bwd.ladders import ladder_reference, make

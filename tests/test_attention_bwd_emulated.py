@@ -93,6 +93,8 @@ def c_value(a, names: dict, workspaces: dict) -> str:
     if id(a) in names:
         n = names[id(a)]
         return f"(const __nv_bfloat16*){n}.data()" if n in ("q", "k", "v", "out", "dout") else f"{n}.data()"
+    if a is AB.NULL:                                           # a dense batch's missing offsets
+        return "nullptr"
     if isinstance(a, np.floating):
         return f"{float(a)!r}f"
     if isinstance(a, np.int64):
@@ -100,12 +102,16 @@ def c_value(a, names: dict, workspaces: dict) -> str:
     return str(int(a))
 
 
-def run_block(tmp_path: Path, tag: str, launches, arrays) -> str:
-    """One check: load inputs, poison outputs and workspaces, run the launches, write dq, dk, dv."""
+def run_block(tmp_path: Path, tag: str, launches, arrays, offsets=()) -> str:
+    """One check: load inputs, poison outputs and workspaces, run the launches, write dq, dk, dv. ``offsets``: a
+    varlen batch's (cu_q, cu_k) as the plan holds them."""
     names = {id(x): n for n, x in zip(NAMES, arrays)}
+    names.update({id(c): n for n, c in zip(("cu_q", "cu_k"), offsets)})
     workspaces: dict = {}
     calls = [emu_launch_code(ln, ", ".join(c_value(a, names, workspaces) for a in ln.args)) for ln in launches]
     lines = [f"{{ // {tag}"]
+    lines += [f"    std::vector<int> {n}{{{', '.join(map(str, np.asarray(c).tolist()))}}};"
+              for n, c in zip(("cu_q", "cu_k"), offsets)]
     for n, x in zip(NAMES, arrays):
         t = "float" if n == "lse" else "__nv_bfloat16"
         lines.append(f'    auto {n} = load<{t}>("{tmp_path}/{tag}_{n}.bin", {x.size}, {GUARD});')
@@ -154,6 +160,62 @@ def test_every_version_on_the_cpu(tmp_path):
     failures = []
     for tag, what, (B, Hq, Hkv, Sq, Sk, D, causal), inputs in expected:
         want = AB.reference_grads(inputs["q"], inputs["k"], inputs["v"], inputs["dout"], causal)
+        for n, ref in zip(("dq", "dk", "dv"), want):
+            got = np.fromfile(tmp_path / f"{tag}_{n}.out", dtype=bf16())
+            body, guard = got[:ref.size].reshape(ref.shape), got[ref.size:].astype(np.float32)
+            try:
+                assert np.isnan(guard).all(), f"{what}: {n} written past its end"
+                assert_close(body, ref, dtype="bfloat16", name=f"{what}: {n}")
+                assert_rows_close(body, ref, f"{what}: {n}")
+            except AssertionError as e:
+                failures.append(str(e))
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
+
+
+# (cu_q, cu_k, Hq, Hkv, D, causal): GQA, causal: one query against 30 keys, a sequence without queries (its keys get
+# dk = dv = 0), 149 queries against 150 keys (past a row tile), 13 queries against 5 keys (the first 8 see none);
+# full: 70 x 40, decode-like 5 x 130 (past a key tile), 5 queries and no keys (dq = 0)
+VARLEN_CASES = [([0, 1, 1, 150, 163], [0, 30, 31, 181, 186], 2, 1, 64, True),
+                ([0, 70, 75, 80], [0, 40, 170, 170], 2, 2, 128, False)]
+
+
+def varlen_inputs(cq, ck, Hq, Hkv, D, causal, seed):
+    rng = np.random.default_rng(seed)
+    draw = lambda *s: rng.standard_normal(s).astype(np.float32).astype(bf16())     # noqa: E731
+    Tq, Tk = cq[-1], ck[-1]
+    q, k, v, dout = draw(Tq, Hq, D), draw(Tk, Hkv, D), draw(Tk, Hkv, D), draw(Tq, Hq, D)
+    out, lse = A.varlen_reference(q, k, v, np.array(cq, np.int32), np.array(ck, np.int32), causal=causal)
+    return {"q": q, "k": k, "v": v, "out": out.astype(bf16()), "lse": lse.astype(np.float32), "dout": dout}
+
+
+def test_varlen_on_the_cpu(tmp_path):
+    """Both versions' varlen entries (default tile) on packed batches: each sequence's gradients as the float64
+    reference of that sequence alone, nothing written past dq, dk, dv."""
+    blocks, expected = [], []
+    for ci, (cq, ck, Hq, Hkv, D, causal) in enumerate(VARLEN_CASES):
+        inputs = varlen_inputs(cq, ck, Hq, Hkv, D, causal, SEED + 100 + ci)
+        Tq, Tk = cq[-1], ck[-1]
+        shapes = {"q": (Tq, Hq, D), "k": (Tk, Hkv, D), "v": (Tk, Hkv, D), "out": (Tq, Hq, D), "lse": (Hq, Tq),
+                  "dout": (Tq, Hq, D), "dq": (Tq, Hq, D), "dk": (Tk, Hkv, D), "dv": (Tk, Hkv, D)}
+        for v in AB.ATTN_BWD_VARLEN.values():
+            arrays = [FakeDeviceArray(shapes[n], np.float32 if n == "lse" else bf16(), ptr=(i + 1) << 36)
+                      for i, n in enumerate(NAMES)]
+            p = v.validate(*arrays, np.array(cq, np.int32), np.array(ck, np.int32), causal=causal)
+            tag = f"varlen{ci}_{v.label}"
+            for n, x in inputs.items():
+                (tmp_path / f"{tag}_{n}.bin").write_bytes(np.ascontiguousarray(x).tobytes())
+            blocks.append(run_block(tmp_path, tag, v.launches(p, v.default(p)), arrays, (p.fwd.cu_q, p.fwd.cu_k)))
+            expected.append((tag, f"varlen {v.label} {cq} {ck} Hq{Hq} Hkv{Hkv} d{D} causal={causal}", cq, ck,
+                             causal, inputs))
+    files = [AB.PREP_SOURCE.file, AB.V0_SOURCE.file, AB.V1_SOURCE.file]
+    for f in dict.fromkeys(files):
+        (tmp_path / Path(f).name).write_text(emulated_source(KERNELS / f))
+    run_emulated_driver(tmp_path, DRIVER_HEAD, blocks, DRIVER_TAIL, files,
+                        [KERNELS / "attention_bwd", KERNELS / "attention", KERNELS / "include"])
+    failures = []
+    for tag, what, cq, ck, causal, x in expected:
+        want = AB.varlen_reference_grads(x["q"], x["k"], x["v"], x["dout"], np.array(cq, np.int32),
+                                         np.array(ck, np.int32), causal)
         for n, ref in zip(("dq", "dk", "dv"), want):
             got = np.fromfile(tmp_path / f"{tag}_{n}.out", dtype=bf16())
             body, guard = got[:ref.size].reshape(ref.shape), got[ref.size:].astype(np.float32)

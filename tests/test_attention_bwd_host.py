@@ -103,7 +103,8 @@ def test_plan_v0():
     assert lse_log2.shape == (2, 4, 256) and dq_accum.shape == (2, 4, 130, 128) and dq_accum.fill is None
     assert dkdv.args[4] is lse_log2 and dkdv.args[5] is delta and dkdv.args[6] is dq_accum and convert.args[0] is dq_accum
     assert float(convert.args[3]) == pytest.approx(128 ** -0.5)
-    assert [int(a) for a in dkdv.args[9:13]] == [4, 2, 130, 200] and int(dkdv.args[-1]) == 256
+    assert [int(a) for a in dkdv.args[9:13]] == [4, 2, 130, 200] and int(dkdv.args[16]) == 256
+    assert dkdv.args[17] is AB.NULL and dkdv.args[18] is AB.NULL and prep.args[8] is AB.NULL    # dense: no offsets
 
 
 def test_plan_v1():
@@ -163,3 +164,39 @@ def test_ladder_shapes_and_cost():
     assert L.bench_shapes(128, True) == FL.bench_shapes(128, True)
     assert L.cost((1, 2, 2, 3, 3, 64, 1), "bfloat16") == 2.5 * FL.cost((1, 2, 2, 3, 3, 64, 1), "bfloat16")
     assert set(L.PEERS) == {"torch.sdpa.flash", "torch.sdpa.cudnn"}
+
+
+def varlen_arrays(cq, ck, Hq=4, Hkv=2, D=64):
+    Tq, Tk = cq[-1], ck[-1]
+    shapes = [(Tq, Hq, D), (Tk, Hkv, D), (Tk, Hkv, D), (Tq, Hq, D), (Hq, Tq), (Tq, Hq, D), (Tq, Hq, D), (Tk, Hkv, D),
+              (Tk, Hkv, D)]
+    return [FakeDeviceArray(s, np.float32 if len(s) == 2 else bf16(), ptr=(i + 1) << 36) for i, s in enumerate(shapes)]
+
+
+def test_varlen_plans_cover_the_longest_sequence():
+    cq, ck = np.array([0, 5, 5, 305], np.int32), np.array([0, 40, 41, 141], np.int32)
+    v0, v1 = AB.ATTN_BWD_VARLEN["v0_atomic_dq"], AB.ATTN_BWD_VARLEN["v1_deterministic"]
+    p = v0.validate(*varlen_arrays(cq, ck), cq, ck, causal=True)
+    assert (p.B, p.Sq, p.Sk, p.Sq_pad) == (3, 300, 100, 384) and p.fwd.seqlens_q == (5, 0, 300)
+    prep, dkdv, convert = v0.launches(p)
+    assert prep.grid == (3 * 4 * 384 // 32, 1, 1) and prep.args[8] is p.fwd.cu_q and int(prep.args[10]) == 305
+    assert prep.args[3].shape == (3, 4, 384) and prep.args[5].shape == (305, 4, 64)    # dq_accum: dq's layout
+    assert dkdv.grid == (1, 2, 3) and dkdv.args[17] is p.fwd.cu_q and dkdv.args[18] is p.fwd.cu_k
+    assert [int(a) for a in dkdv.args[19:21]] == [305, 141] and int(convert.args[2]) == 305 * 4 * 64 // 8
+    _, _, dq = v1.launches(v1.validate(*varlen_arrays(cq, ck), cq, ck))
+    mt = AB.DQ_TILE[64].mt
+    assert dq.grid == (-(-300 // (64 * mt)), 4, 3) and dq.args[17] is not AB.NULL
+
+
+def test_varlen_rejects():
+    cq, ck = np.array([0, 5, 305], np.int32), np.array([0, 40, 141], np.int32)
+    v = AB.ATTN_BWD_VARLEN["v1_deterministic"]
+    good = varlen_arrays(cq, ck)
+    with pytest.raises(ValueError, match="dout"):
+        v.validate(*good[:5], FakeDeviceArray((305, 4, 32), bf16(), ptr=1 << 40), *good[6:], cq, ck)
+    with pytest.raises(ValueError, match="dk"):
+        v.validate(*good[:7], FakeDeviceArray((140, 2, 64), bf16(), ptr=1 << 40), good[8], cq, ck)
+    with pytest.raises(ValueError, match="must equal the packed length 141"):
+        v.validate(*good, cq, np.array([0, 40, 140], np.int32))
+    with pytest.raises(ValueError, match="never decrease"):
+        v.validate(*good, np.array([0, 306, 305], np.int32), ck)

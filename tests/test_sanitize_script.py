@@ -39,7 +39,8 @@ def test_a_tool_passes_only_with_exit_0_and_no_errors(tmp_path, text, rc, passed
 
 def test_every_op_has_small_shapes_with_tails_and_tma_readable_ones():
     mod = load()
-    assert set(mod.SHAPES) == {"hgemm", "sgemm", "gemm_sm90", "w4a16_wgmma", "attention", "attention_bwd"}
+    assert set(mod.SHAPES) == {"hgemm", "sgemm", "gemm_sm90", "w4a16_wgmma", "attention", "attention_bwd",
+                                "attention_varlen"}
     for op in ("hgemm", "gemm_sm90"):                                   # (M, N, K): v4 on need TMA-readable rows
         assert any(K % 8 == 0 and N % 8 == 0 for _, N, K in mod.SHAPES[op])
         assert any(K % 8 or N % 8 for _, N, K in mod.SHAPES[op])        # and the fallback
@@ -57,5 +58,9 @@ def test_every_op_has_small_shapes_with_tails_and_tma_readable_ones():
         assert any(Sq % A.MMA_BR and Sk % 64 for _, _, _, Sq, Sk, _, _ in att)    # partial row and key tiles
         assert any(c and Sq > Sk for *_, Sq, Sk, _, c in att)                      # causal rows that see no key
         assert {D for *_, D, _ in att} == set(A.HEAD_DIMS) and any(Hq > Hkv for _, Hq, Hkv, *_ in att)
+    for Hq, Hkv, D, causal, *lengths in mod.SHAPES["attention_varlen"]:       # (Hq, Hkv, D, causal, *lengths)
+        A.check_sizes(len(lengths), Hq, Hkv, max(lengths), max(lengths), D)
+    lengths = [n for s in mod.SHAPES["attention_varlen"] for n in s[4:]]
+    assert 0 in lengths and 1 in lengths and any(n > 128 and n % 64 for n in lengths)
     with pytest.raises(SystemExit, match="unknown op"):
         mod.cases("nope")

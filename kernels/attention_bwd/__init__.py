@@ -117,6 +117,31 @@ def problem(q, k, v, out, lse, dout, dq, dk, dv, *, causal=False, scale=None) ->
     return Problem(f, dout, dq, dk, dv)
 
 
+class VarlenProblem(Problem):
+    """A validated varlen backward problem: ``fwd`` is the forward's :class:`kernels.attention.VarlenProblem` (q, out,
+    dout, dq packed [Tq, Hq, D]; k, v, dk, dv [Tk, Hkv, D]; lse [Hq, Tq]; the offsets). Sq and Sk are the longest
+    sequences: what the grids and the row workspaces cover; each block reads its own lengths from the offsets."""
+    Sq = property(lambda self: max(1, *self.fwd.seqlens_q))
+    Sk = property(lambda self: max(1, *self.fwd.seqlens_k))
+
+
+def varlen_problem(q, k, v, out, lse, dout, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, *, causal=False,
+                   scale=None) -> VarlenProblem:
+    """Validate a varlen backward call: the forward's varlen arguments (kernels.attention.varlen_problem, offsets
+    read once on the host), then dout and dq shaped as q, dk and dv as k."""
+    try:
+        f = fwd.varlen_problem(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal=causal, scale=scale)
+    except ValueError as e:                      # same rules, this op's name
+        raise ValueError(str(e).replace("attn_fwd_varlen:", "attn_bwd_varlen:", 1)) from None
+    Tq, Tk = int(q.shape[0]), int(k.shape[0])
+    expect_array(dout, "dout", dtype=bf16(), shape=(Tq, f.Hq, f.D))
+    expect_array(dq, "dq", dtype=bf16(), shape=(Tq, f.Hq, f.D))
+    expect_array(dk, "dk", dtype=bf16(), shape=(Tk, f.Hkv, f.D))
+    expect_array(dv, "dv", dtype=bf16(), shape=(Tk, f.Hkv, f.D))
+    expect_same_device(q, dout, dq, dk, dv)
+    return VarlenProblem(f, dout, dq, dk, dv)
+
+
 # --- the reference and the cost model ------------------------------------------------------------------
 
 def reference_grads(q, k, v, dout, causal: bool = False, scale: float | None = None):
@@ -149,6 +174,23 @@ def reference_grads(q, k, v, dout, causal: bool = False, scale: float | None = N
     return dq, dk, dv
 
 
+def varlen_reference_grads(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, causal: bool = False,
+                           scale: float | None = None):
+    """(dq [Tq, Hq, D], dk, dv [Tk, Hkv, D]) in float64: :func:`reference_grads` on each sequence of the packed
+    batch (a sequence without queries leaves its keys' gradients 0, one without keys its queries')."""
+    xp = array_module(q)
+    cq, ck = (np.asarray(c.get() if hasattr(c, "get") else c) for c in (cu_seqlens_q, cu_seqlens_k))
+    dq, dk, dv = xp.zeros(q.shape), xp.zeros(k.shape), xp.zeros(k.shape)
+    heads = lambda a, s: a[s].transpose(1, 0, 2)[None]              # noqa: E731 - [S, H, D] -> [1, H, S, D]
+    for b in range(cq.size - 1):
+        qs, ks = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
+        if qs.start == qs.stop or ks.start == ks.stop:
+            continue
+        g = reference_grads(heads(q, qs), heads(k, ks), heads(v, ks), heads(dout, qs), causal, scale)
+        dq[qs], dk[ks], dv[ks] = (x[0].transpose(1, 0, 2) for x in g)
+    return dq, dk, dv
+
+
 def flops(B: int, Hq: int, Sq: int, Sk: int, D: int, causal: bool) -> float:
     """2.5 times the forward's: five products (S, dP, dV, dK, dQ) against two, as flash-attention counts (v1's
     recomputation of S and dP is not counted: it is the version's cost, not the op's)."""
@@ -157,10 +199,23 @@ def flops(B: int, Hq: int, Sq: int, Sk: int, D: int, causal: bool) -> float:
 
 # --- the plans -----------------------------------------------------------------------------------------
 
+NULL = np.uint64(0)              # a null pointer argument: a dense batch has no sequence offsets
+
+
 def size_args(p: Problem) -> tuple:
     """The sizes and scales every backward kernel takes after its pointers: the forward's convention
-    (Hq, Hkv, Sq, Sk, causal, scale, scale_log2), then the padded row count of the lse/delta workspaces."""
-    return (*fwd.kernel_args(p.fwd)[5:], np.int32(p.Sq_pad))
+    (Hq, Hkv, Sq, Sk, causal, scale, scale_log2), the padded row count of the lse/delta workspaces, then where the
+    sequences start (:func:`seq_args`)."""
+    return (np.int32(p.Hq), np.int32(p.Hkv), np.int32(p.Sq), np.int32(p.Sk), np.int32(p.causal),
+            np.float32(p.scale), np.float32(p.scale * fwd.LOG2E), np.int32(p.Sq_pad), *seq_args(p))
+
+
+def seq_args(p: Problem) -> tuple:
+    """(cu_q, cu_k, Tq, Tk): a varlen batch's offsets and packed lengths; null pointers for a dense batch, which
+    the kernels take as "B sequences of Sq and Sk"."""
+    if isinstance(p, VarlenProblem):
+        return p.fwd.cu_q, p.fwd.cu_k, np.int32(p.fwd.q.shape[0]), np.int32(p.fwd.k.shape[0])
+    return NULL, NULL, np.int32(0), np.int32(0)
 
 
 def row_workspaces(p: Problem) -> tuple[Workspace, Workspace]:
@@ -174,7 +229,8 @@ def prep_launch(p: Problem, lse_log2, delta, dq_accum) -> Launch:
     rows = p.B * p.Hq * p.Sq_pad
     return Launch(prep_kernel(p.D, dq_accum is not None), (rows // 32, 1, 1), (PREP_THREADS, 1, 1),
                   (p.fwd.out, p.dout, p.fwd.lse, lse_log2, delta, delta if dq_accum is None else dq_accum,
-                   np.int32(p.Sq), np.int32(p.Sq_pad)), source=PREP_SOURCE)
+                   np.int32(p.Sq), np.int32(p.Sq_pad), seq_args(p)[0], np.int32(p.Hq), seq_args(p)[2]),
+                  source=PREP_SOURCE)
 
 
 def dkdv_smem(D: int, tile: Tile, atomic_dq: bool) -> int:
@@ -196,8 +252,8 @@ def dq_smem(D: int, tile: DqTile) -> int:
 
 def plan_v0(p: Problem, config: Tile) -> list[Launch]:
     lse_log2, delta = row_workspaces(p)
-    dq_accum = Workspace((p.B, p.Hq, p.Sq, p.D), np.float32)      # zeroed by the preprocess launch
-    n8 = p.B * p.Hq * p.Sq * p.D // 8
+    dq_accum = Workspace(tuple(p.dq.shape), np.float32)           # dq's layout; zeroed by the preprocess launch
+    n8 = int(np.prod(p.dq.shape)) // 8
     return [prep_launch(p, lse_log2, delta, dq_accum),
             dkdv_launch(p, config, lse_log2, delta, dq_accum),
             Launch("attn_bwd_dq_convert", (ceil_div(n8, CONVERT_THREADS), 1, 1), (CONVERT_THREADS, 1, 1),
@@ -225,6 +281,16 @@ ATTN_BWD = Registry("attn_bwd", problem, [
             configs=_tiles, default=lambda p: DEFAULT_TILE[p.D]),
     Version("attn_bwd_v1_deterministic", "v0's dK/dV kernel without atomics, plus a query-tile kernel that "
             "recomputes P and dS and keeps dQ in registers: bit-reproducible, two more products per pair",
+            V1_SOURCE, plan_v1, parent="v0_atomic_dq", snippet="attn_bwd_v1", configs=_tiles,
+            default=lambda p: DEFAULT_TILE[p.D]),
+])
+
+
+ATTN_BWD_VARLEN = Registry("attn_bwd_varlen", varlen_problem, [
+    Version("attn_bwd_varlen_v0_atomic_dq", "v0 over a packed batch of sequences of different lengths: the same "
+            "kernels, the offsets locating each block's rows, the grids covering the longest sequence", V0_SOURCE,
+            plan_v0, snippet="attn_bwd_v0", configs=_tiles, default=lambda p: DEFAULT_TILE[p.D]),
+    Version("attn_bwd_varlen_v1_deterministic", "v1 over a packed batch: bit-reproducible dQ per sequence",
             V1_SOURCE, plan_v1, parent="v0_atomic_dq", snippet="attn_bwd_v1", configs=_tiles,
             default=lambda p: DEFAULT_TILE[p.D]),
 ])

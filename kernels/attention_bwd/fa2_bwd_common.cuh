@@ -1,9 +1,27 @@
 // fa2_bwd_common.cuh: what the FlashAttention-2 backward kernels (chapter 16) share beyond the forward's headers:
-// float loads, the lane offsets of the four ldmatrix patterns the backward reads, and the
+// where a (batch, head)'s rows live (dense or varlen), float loads, the lane offsets of the four ldmatrix patterns the backward reads, and the
 // two-float atomic add that accumulates dQ. Swizzle and fragment layouts are the forward's (fa2_tiles.cuh,
 // mma_sm80.cuh): rows of W bf16 with 16-byte chunk c of row r stored at chunk c ^ (r % 8).
 #pragma once
 #include "fa2_tiles.cuh"
+
+// [[snippet: bwd_seq]]
+// Where the rows of one (batch b, head h) live, in a dense [B, H, S, D] tensor (cu == nullptr) or in varlen's
+// packed [T, H, D] (sequence b is rows cu[b] .. cu[b + 1] - 1, T = cu[B]): row0, the element offset of its row 0;
+// stride, the elements from one row to the next; lse0, the offset of its row 0 in a per-row array laid out
+// [B, H, S] (dense) or [H, T] (varlen: the forward's lse); S, its rows. flash-attention's BlockInfo
+// (csrc/flash_attn/src/block_info.h) makes the same choice on cu_seqlens being null.
+struct BwdSeq {
+    size_t row0, lse0;
+    int stride, S;
+};
+template <int D>
+__device__ __forceinline__ BwdSeq bwd_seq(const int* cu, int b, int h, int H, int S, int T) {
+    if (cu == nullptr) return {((size_t)b * H + h) * S * D, ((size_t)b * H + h) * S, D, S};
+    const int r0 = cu[b];
+    return {((size_t)r0 * H + h) * D, (size_t)h * T + r0, H * D, cu[b + 1] - r0};
+}
+// [[/snippet]]
 
 // Copy N floats (a multiple of 4, the source padded so that every chunk exists) by 16-byte cp.async, one chunk
 // each for threads first .. first + N / 4 - 1; the others copy nothing.

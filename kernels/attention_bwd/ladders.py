@@ -16,7 +16,7 @@ from kernels.attention.ladders import (ODD, SEQLENS, bench_shapes, config_name, 
 from utils.ladder import Case, Ladder
 from utils.table import Table
 
-from . import ATTN_BWD, TILES, dkdv_smem, flops, reference_grads
+from . import ATTN_BWD, ATTN_BWD_VARLEN, TILES, dkdv_smem, flops, reference_grads, varlen_reference_grads
 
 FORWARD = "v4_tuned"             # the forward version that writes out and lse for the cases
 
@@ -187,3 +187,59 @@ def run_twice(label: str, shape, seed: int = 165) -> dict:
         out[name] = {"differ": int(cupy.count_nonzero(a.view(cupy.uint16) != b.view(cupy.uint16))), "of": int(a.size),
                      "max_rel": float(cupy.abs(fa - fb).max() / cupy.abs(fa).max())}
     return out
+
+
+# --- variable-length batches ---------------------------------------------------------------------------------
+
+def make_varlen(shape, dtype, rng) -> Case:
+    """A packed batch, ``shape = (Hq, Hkv, D, causal, *lengths)`` (queries and keys of a sequence alike): q, k, v,
+    dout standard-normal bf16, out and lse from the forward's varlen entry, dq, dk, dv uninitialised; arguments as
+    ATTN_BWD_VARLEN takes them, the int32 offsets last."""
+    import cupy
+
+    from kernels.attention import ATTN_FWD_VARLEN
+    from kernels.attention.ladders import varlen_inputs
+    from utils.arrays import bf16
+    Hq, Hkv, D, causal, *lengths = (int(s) for s in shape)
+    seed = int(rng.integers(2**31))
+    q, k, v, out, lse, cu = varlen_inputs(lengths, Hq, Hkv, D, seed)
+    ATTN_FWD_VARLEN["v4_tuned"](q, k, v, out, lse, cu, cu, causal=bool(causal))
+    dout = cupy.random.RandomState(seed + 1).standard_normal(q.shape, dtype=cupy.float32).astype(bf16())
+    dq, dk, dv = cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v)
+    return Case((q, k, v, out, lse, dout, dq, dk, dv, cu, cu), outputs=(6, 7, 8), kwargs={"causal": bool(causal)})
+
+
+def varlen_ladder_reference(case: Case):
+    q, k, v, _, _, dout, _, _, _, cu_q, cu_k = case.args
+    return varlen_reference_grads(q, k, v, dout, cu_q, cu_k, case.kwargs["causal"])
+
+
+def time_varlen_bwd(rec, lengths, label: str = "v0_atomic_dq", *, Hq: int = 16, Hkv: int = 16, D: int = 128,
+                    causal: bool = True, seed: int = 161) -> tuple[dict, dict]:
+    """Time ``label``'s varlen entry on a packed batch and its dense entry on the same sequences padded to the
+    longest (useful FLOPs counted for both, as chapter 15 does for the forward); the varlen gradients are checked
+    against :func:`varlen_reference_grads` after timing. Returns the two entries."""
+    import cupy
+
+    from kernels.attention import ATTN_FWD
+    from kernels.attention.ladders import padded_inputs
+    from utils.check import assert_close
+    case = make_varlen((Hq, Hkv, D, int(causal), *lengths), "bfloat16", np.random.default_rng(seed))
+    q, k, v = case.args[:3]
+    useful = sum(flops(1, Hq, n, n, D, causal) for n in lengths)
+    shape = (len(lengths), Hq, Hkv, max(lengths), sum(lengths), D, int(causal))
+
+    def check():
+        want = varlen_ladder_reference(case)
+        for name, got, ref in zip(("dq", "dk", "dv"), case.out, want):
+            assert_close(got, ref, dtype="bfloat16", name=f"attn_bwd_varlen {label} {name}, lengths {list(lengths)} "
+                                                          f"(seed {seed})")
+    packed = rec.time("attn_bwd_varlen", f"varlen_{label}", ATTN_BWD_VARLEN[label].bind(*case.args, **case.kwargs),
+                      dtype="bfloat16", shape=shape, flops=useful, check=check, extra={"lengths": list(lengths)})
+    qp, kp, vp, outp, lsep = padded_inputs(q, k, v, lengths)
+    ATTN_FWD["v4_tuned"](qp, kp, vp, outp, lsep, causal=causal)
+    dense = (qp, kp, vp, outp, lsep, cupy.zeros_like(qp), cupy.empty_like(qp), cupy.empty_like(kp),
+             cupy.empty_like(vp))
+    padded = rec.time("attn_bwd_varlen", f"padded_{label}", ATTN_BWD[label].bind(*dense, causal=causal),
+                      dtype="bfloat16", shape=shape, flops=useful, extra={"lengths": list(lengths)})
+    return packed, padded

@@ -51,7 +51,8 @@ struct DqWarpTile {
 template <int D, int BN, int BM, bool MASK, bool ATOMIC_DQ>
 __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bfloat16* vs, const __nv_bfloat16* qs,
                                           const __nv_bfloat16* dos, const float* lse_s, const float* delta_s,
-                                          __nv_bfloat16* dss, float* dq_rows, int i0, int Sq, const int (&kmin)[2],
+                                          __nv_bfloat16* dss, float* dq_rows, int dq_stride, int i0, int Sq,
+                                          const int (&kmin)[2],
                                           const BwdLaneOffsets<D>& at, const DqWarpTile<D, BN, BM>& wt,
                                           float (&dk)[D / 8][4], float (&dv)[D / 8][4], float scale_log2) {
     constexpr int WARPS = BN / 16, NT = BM / 8, OT = D / 8, KT = D / 16;
@@ -151,7 +152,7 @@ __device__ __forceinline__ void dkdv_step(const __nv_bfloat16* ks, const __nv_bf
                 if (i >= Sq) continue;
 #pragma unroll
                 for (int n = 0; n < NQ; ++n)
-                    bwd_atomic_add2(dq_rows + (size_t)i * D + 8 * (wt.nq0 + n) + 2 * t, acc[mt][n][2 * h],
+                    bwd_atomic_add2(dq_rows + (size_t)i * dq_stride + 8 * (wt.nq0 + n) + 2 * t, acc[mt][n][2 * h],
                                     acc[mt][n][2 * h + 1]);
             }
     }
@@ -165,7 +166,8 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restri
               const __nv_bfloat16* __restrict__ v, const __nv_bfloat16* __restrict__ dout,
               const float* __restrict__ lse_log2, const float* __restrict__ delta, float* __restrict__ dq_accum,
               __nv_bfloat16* __restrict__ dk, __nv_bfloat16* __restrict__ dv, int Hq, int Hkv, int Sq, int Sk,
-              int causal, float scale, float scale_log2, int Sq_pad) {
+              int causal, float scale, float scale_log2, int Sq_pad, const int* __restrict__ cu_q,
+              const int* __restrict__ cu_k, int Tq, int Tk) {
     constexpr int THREADS = 2 * BN, OT = D / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem);     // [BN][D]
@@ -178,6 +180,12 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restri
     const int kvh = blockIdx.y, b = blockIdx.z, group = Hq / Hkv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const int j0 = blockIdx.x * BN;                                  // causal: block 0 has the most queries
+    if (cu_q != nullptr) {                                           // varlen: sequence b's lengths; the grid
+        Sq = cu_q[b + 1] - cu_q[b];                                  // covers the longest, so a block past its
+        Sk = cu_k[b + 1] - cu_k[b];                                  // own keys leaves whole (no barrier skipped)
+        if (j0 >= Sk) return;
+    }
+    const BwdSeq kv = bwd_seq<D>(cu_k, b, kvh, Hkv, Sk, Tk);
     // The query tiles that see some key of this block: with bottom-right causal masking, query i sees key j when
     // i >= j - (Sk - Sq), so the walk starts at the tile holding row j0 - (Sk - Sq).
     const int first = causal ? max(0, j0 - (Sk - Sq)) / BM : 0;
@@ -188,20 +196,21 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restri
         const int j = j0 + 16 * warp + g + 8 * e;
         kmin[e] = j >= Sk ? 0x7fffffff : causal ? j - (Sk - Sq) : -0x7fffffff;
     }
-    const __nv_bfloat16* k_head = k + ((size_t)b * Hkv + kvh) * Sk * D;
-    const __nv_bfloat16* v_head = v + ((size_t)b * Hkv + kvh) * Sk * D;
+    const __nv_bfloat16* k_head = k + kv.row0;
+    const __nv_bfloat16* v_head = v + kv.row0;
     // Step s: query head kvh * group + s / tiles, query tile first + s % tiles.
     auto load_step = [&](int s, int stage) {
         const int h = kvh * group + s / tiles, i0 = (first + s % tiles) * BM;
         const size_t bh = (size_t)b * Hq + h;
-        fa2_load_tile<BM, D, THREADS>(qs + stage * BM * D, q + bh * Sq * D, i0, Sq);
-        fa2_load_tile<BM, D, THREADS>(dos + stage * BM * D, dout + bh * Sq * D, i0, Sq);
+        const BwdSeq qr = bwd_seq<D>(cu_q, b, h, Hq, Sq, Tq);
+        fa2_load_tile<BM, D, THREADS>(qs + stage * BM * D, q + qr.row0, i0, Sq, qr.stride);
+        fa2_load_tile<BM, D, THREADS>(dos + stage * BM * D, dout + qr.row0, i0, Sq, qr.stride);
         bwd_load_floats<BM>(lse_s + stage * BM, lse_log2 + bh * Sq_pad + i0, 0);
         bwd_load_floats<BM>(delta_s + stage * BM, delta + bh * Sq_pad + i0, BM / 4);
     };
-    fa2_load_tile<BN, D, THREADS>(ks, k_head, j0, Sk);               // group 0: K, V and the first step
-    fa2_load_tile<BN, D, THREADS>(vs, v_head, j0, Sk);
-    load_step(0, 0);
+    fa2_load_tile<BN, D, THREADS>(ks, k_head, j0, Sk, kv.stride);    // group 0: K, V and the first step
+    fa2_load_tile<BN, D, THREADS>(vs, v_head, j0, Sk, kv.stride);
+    if (steps > 0) load_step(0, 0);                                  // varlen: a sequence may have no queries
     cp_async_commit();
     float dk_acc[OT][4], dv_acc[OT][4];
     fa2_zero(dk_acc);
@@ -215,32 +224,33 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restri
         cp_async_wait<1>();
         __syncthreads();
         const int h = kvh * group + s / tiles, i0 = (first + s % tiles) * BM;
-        float* dq_rows = dq_accum + ((size_t)b * Hq + h) * Sq * D;
+        const BwdSeq qr = bwd_seq<D>(cu_q, b, h, Hq, Sq, Tq);       // dQ accumulator: dq's layout, fp32
+        float* dq_rows = dq_accum + qr.row0;
         // Masking is needed where the tile's first query misses the block's last key, or keys run past Sk.
         const bool mask = j0 + BN > Sk || (causal && i0 < j0 + BN - 1 - (Sk - Sq));
         const __nv_bfloat16 *qc = qs + cur * BM * D, *dc = dos + cur * BM * D;
         if (mask)
             dkdv_step<D, BN, BM, true, ATOMIC_DQ>(ks, vs, qc, dc, lse_s + cur * BM, delta_s + cur * BM, dss, dq_rows,
-                                                  i0, Sq, kmin, at, wt, dk_acc, dv_acc, scale_log2);
+                                                  qr.stride, i0, Sq, kmin, at, wt, dk_acc, dv_acc, scale_log2);
         else
             dkdv_step<D, BN, BM, false, ATOMIC_DQ>(ks, vs, qc, dc, lse_s + cur * BM, delta_s + cur * BM, dss, dq_rows,
-                                                   i0, Sq, kmin, at, wt, dk_acc, dv_acc, scale_log2);
+                                                   qr.stride, i0, Sq, kmin, at, wt, dk_acc, dv_acc, scale_log2);
         __syncthreads();                                             // stage cur (and dS^T) are refilled next
     }
     cp_async_wait<0>();
     // dK = scale dS^T Q (the softmax scale enters S linearly), dV = P^T dO; keys past Sk are not stored.
     const int t = lane % 4;
-    __nv_bfloat16* dk_head = dk + ((size_t)b * Hkv + kvh) * Sk * D;
-    __nv_bfloat16* dv_head = dv + ((size_t)b * Hkv + kvh) * Sk * D;
+    __nv_bfloat16* dk_head = dk + kv.row0;
+    __nv_bfloat16* dv_head = dv + kv.row0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int j = j0 + 16 * warp + g + 8 * h;
         if (j >= Sk) continue;
 #pragma unroll
         for (int n = 0; n < OT; ++n) {
-            *reinterpret_cast<unsigned*>(dk_head + (size_t)j * D + 8 * n + 2 * t) =
+            *reinterpret_cast<unsigned*>(dk_head + (size_t)j * kv.stride + 8 * n + 2 * t) =
                 pack_bf16x2(dk_acc[n][2 * h] * scale, dk_acc[n][2 * h + 1] * scale);
-            *reinterpret_cast<unsigned*>(dv_head + (size_t)j * D + 8 * n + 2 * t) =
+            *reinterpret_cast<unsigned*>(dv_head + (size_t)j * kv.stride + 8 * n + 2 * t) =
                 pack_bf16x2(dv_acc[n][2 * h], dv_acc[n][2 * h + 1]);
         }
     }

@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(128, 1)
 attn_bwd_dq(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
             const __nv_bfloat16* __restrict__ v, const __nv_bfloat16* __restrict__ dout,
             const float* __restrict__ lse_log2, const float* __restrict__ delta, __nv_bfloat16* __restrict__ dq,
-            int Hq, int Hkv, int Sq, int Sk, int causal, float scale, float scale_log2, int Sq_pad) {
+            int Hq, int Hkv, int Sq, int Sk, int causal, float scale, float scale_log2, int Sq_pad,
+            const int* __restrict__ cu_q, const int* __restrict__ cu_k, int Tq, int Tk) {
     constexpr int BR = 64 * MT, OT = D / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem);     // [BR][D]
@@ -93,9 +94,15 @@ attn_bwd_dq(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const int tile_m = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;   // causal: heaviest blocks first
     const int row0 = tile_m * BR, wrow = row0 + 16 * MT * warp;
-    const size_t bh = (size_t)b * Hq + h;
-    const __nv_bfloat16* k_head = k + ((size_t)b * Hkv + kvh) * Sk * D;
-    const __nv_bfloat16* v_head = v + ((size_t)b * Hkv + kvh) * Sk * D;
+    if (cu_q != nullptr) {                                           // varlen: sequence b's lengths; a block
+        Sq = cu_q[b + 1] - cu_q[b];                                  // past its own rows leaves whole
+        Sk = cu_k[b + 1] - cu_k[b];
+        if (row0 >= Sq) return;
+    }
+    const size_t bh = (size_t)b * Hq + h;                            // the row workspaces are [B, Hq, Sq_pad]
+    const BwdSeq qr = bwd_seq<D>(cu_q, b, h, Hq, Sq, Tq), kv = bwd_seq<D>(cu_k, b, kvh, Hkv, Sk, Tk);
+    const __nv_bfloat16* k_head = k + kv.row0;
+    const __nv_bfloat16* v_head = v + kv.row0;
     int lim[MT][2];
     float lse_l2[MT][2], dl[MT][2];                                  // padded rows: +inf and 0 (preprocess)
 #pragma unroll
@@ -110,11 +117,11 @@ attn_bwd_dq(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict
     const int tiles = (attn_visible(min(row0 + BR, Sq) - 1, Sq, Sk, causal) + BC - 1) / BC;
     const int unmasked = attn_visible(row0, Sq, Sk, causal) / BC;   // tiles every row of the block sees whole
 
-    fa2_load_tile<BR, D, 128>(qs, q + bh * Sq * D, row0, Sq);        // group 0: Q, dO and the first K, V tile
-    fa2_load_tile<BR, D, 128>(dos, dout + bh * Sq * D, row0, Sq);
+    fa2_load_tile<BR, D>(qs, q + qr.row0, row0, Sq, qr.stride);      // group 0: Q, dO and the first K, V tile
+    fa2_load_tile<BR, D>(dos, dout + qr.row0, row0, Sq, qr.stride);
     if (tiles > 0) {
-        fa2_load_tile<BC, D, 128>(ks, k_head, 0, Sk);
-        fa2_load_tile<BC, D, 128>(vs, v_head, 0, Sk);
+        fa2_load_tile<BC, D>(ks, k_head, 0, Sk, kv.stride);
+        fa2_load_tile<BC, D>(vs, v_head, 0, Sk, kv.stride);
     }
     cp_async_commit();
     float acc[MT][OT][4];
@@ -124,8 +131,8 @@ attn_bwd_dq(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict
     for (int j = 0; j < tiles; ++j) {
         const int cur = j & 1;
         if (j + 1 < tiles) {
-            fa2_load_tile<BC, D, 128>(ks + (cur ^ 1) * BC * D, k_head, (j + 1) * BC, Sk);
-            fa2_load_tile<BC, D, 128>(vs + (cur ^ 1) * BC * D, v_head, (j + 1) * BC, Sk);
+            fa2_load_tile<BC, D>(ks + (cur ^ 1) * BC * D, k_head, (j + 1) * BC, Sk, kv.stride);
+            fa2_load_tile<BC, D>(vs + (cur ^ 1) * BC * D, v_head, (j + 1) * BC, Sk, kv.stride);
         }
         cp_async_commit();
         cp_async_wait<1>();
@@ -148,7 +155,7 @@ attn_bwd_dq(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict
             if (r >= Sq) continue;
 #pragma unroll
             for (int n = 0; n < OT; ++n)
-                *reinterpret_cast<unsigned*>(dq + (bh * Sq + r) * D + 8 * n + 2 * t) =
+                *reinterpret_cast<unsigned*>(dq + qr.row0 + (size_t)r * qr.stride + 8 * n + 2 * t) =
                     pack_bf16x2(acc[i][n][2 * e] * scale, acc[i][n][2 * e + 1] * scale);
         }
 }

@@ -136,3 +136,34 @@ def test_backward_peers_match_the_reference(peer):
     got = peer_output(L.PEERS[peer](case)())
     for name, g, w in zip(("dq", "dk", "dv"), got, L.ladder_reference(case)):
         assert_close(g, w, dtype="bfloat16", name=f"{peer}: {name}")
+
+
+# (cu_q, cu_k, Hq, Hkv, D, causal): as the emulated test's, plus sequences of 1000 and 4097 tokens
+VARLEN = [([0, 1, 1, 150, 163, 1163], [0, 30, 31, 181, 186, 1186], 4, 1, 64, True),
+          ([0, 70, 75, 80, 4177], [0, 40, 170, 170, 4267], 2, 2, 128, False),
+          ([0, 1000, 1017, 3000], [0, 1000, 1017, 3000], 8, 2, 128, True)]
+
+
+@pytest.mark.parametrize("case", VARLEN, ids=["causal-gqa-d64", "full-d128-nokeys", "causal-gqa-d128-long"])
+@pytest.mark.parametrize("version", ["v0_atomic_dq", "v1_deterministic"])
+def test_varlen_matches_the_reference(version, case):
+    """ATTN_BWD_VARLEN on packed batches (out and lse from the forward's varlen entry), dq, dk, dv poisoned: each
+    sequence's gradients as the float64 reference of that sequence alone."""
+    import cupy
+
+    from kernels import attention as A
+    from kernels import attention_bwd as AB
+    from utils.arrays import bf16
+    from utils.check import poisoned
+    cq, ck, Hq, Hkv, D, causal = case
+    seed = _seed(version, "varlen", repr(case))
+    rs = cupy.random.RandomState(seed)
+    q, dout = (rs.standard_normal((cq[-1], Hq, D), dtype=cupy.float32).astype(bf16()) for _ in range(2))
+    k, v = (rs.standard_normal((ck[-1], Hkv, D), dtype=cupy.float32).astype(bf16()) for _ in range(2))
+    cu_q, cu_k = cupy.asarray(cq, dtype=cupy.int32), cupy.asarray(ck, dtype=cupy.int32)
+    out, lse = poisoned(q.shape, bf16()), poisoned((Hq, cq[-1]), np.float32)
+    A.ATTN_FWD_VARLEN["v4_tuned"](q, k, v, out, lse, cu_q, cu_k, causal=causal)
+    got = poisoned(q.shape, bf16()), poisoned(k.shape, bf16()), poisoned(k.shape, bf16())
+    AB.ATTN_BWD_VARLEN[version](q, k, v, out, lse, dout, *got, cu_q, cu_k, causal=causal)
+    want = AB.varlen_reference_grads(q, k, v, dout, cu_q, cu_k, causal)
+    _check(got, want, f"varlen {version} {case} (seed {seed})")
