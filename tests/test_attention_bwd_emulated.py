@@ -124,8 +124,7 @@ def run_block(tmp_path: Path, tag: str, launches, arrays, offsets=()) -> str:
 
 
 def build_checks(tmp_path: Path):
-    """Write every case's inputs; return (kernel files, driver blocks, [(tag, what, case, inputs)])."""
-    files = [AB.PREP_SOURCE.file, AB.V0_SOURCE.file, AB.V1_SOURCE.file]
+    """Write every case's inputs; return (driver blocks, [(tag, what, case, inputs)])."""
     blocks, expected = [], []
     for ci, (B, Hq, Hkv, Sq, Sk, D, causal) in enumerate(CASES):
         inputs = make_inputs(B, Hq, Hkv, Sq, Sk, D, causal, SEED + ci)
@@ -138,7 +137,7 @@ def build_checks(tmp_path: Path):
                     (tmp_path / f"{tag}_{n}.bin").write_bytes(np.ascontiguousarray(x).tobytes())
                 blocks.append(run_block(tmp_path, tag, v.launches(p, config), arrays))
                 expected.append((tag, f"{v.label} {config} case {CASES[ci]}", CASES[ci], inputs))
-    return files, blocks, expected
+    return blocks, expected
 
 
 def assert_rows_close(got, ref, what: str, tol: float = 5e-2) -> None:
@@ -152,24 +151,38 @@ def assert_rows_close(got, ref, what: str, tol: float = 5e-2) -> None:
 
 
 def test_every_version_on_the_cpu(tmp_path):
-    files, blocks, expected = build_checks(tmp_path)
-    for f in dict.fromkeys(files):                              # dynamic shared memory -> the emulator's buffer
-        (tmp_path / Path(f).name).write_text(emulated_source(KERNELS / f))
-    run_emulated_driver(tmp_path, DRIVER_HEAD, blocks, DRIVER_TAIL, files,
-                        [KERNELS / "attention_bwd", KERNELS / "attention", KERNELS / "include"])
+    blocks, expected = build_checks(tmp_path)
+    run_driver(tmp_path, blocks)
     failures = []
     for tag, what, (B, Hq, Hkv, Sq, Sk, D, causal), inputs in expected:
         want = AB.reference_grads(inputs["q"], inputs["k"], inputs["v"], inputs["dout"], causal)
-        for n, ref in zip(("dq", "dk", "dv"), want):
-            got = np.fromfile(tmp_path / f"{tag}_{n}.out", dtype=bf16())
-            body, guard = got[:ref.size].reshape(ref.shape), got[ref.size:].astype(np.float32)
-            try:
-                assert np.isnan(guard).all(), f"{what}: {n} written past its end"
-                assert_close(body, ref, dtype="bfloat16", name=f"{what}: {n}")
-                assert_rows_close(body, ref, f"{what}: {n}")
-            except AssertionError as e:
-                failures.append(str(e))
+        failures += compare_outputs(tmp_path, tag, what, want)
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
+
+
+def run_driver(tmp_path: Path, blocks) -> None:
+    """Build and run the driver over the three backward sources (dynamic shared memory -> the emulator's buffer)."""
+    files = [AB.PREP_SOURCE.file, AB.V0_SOURCE.file, AB.V1_SOURCE.file]
+    for f in files:
+        (tmp_path / Path(f).name).write_text(emulated_source(KERNELS / f))
+    run_emulated_driver(tmp_path, DRIVER_HEAD, blocks, DRIVER_TAIL, files,
+                        [KERNELS / "attention_bwd", KERNELS / "attention", KERNELS / "include"])
+
+
+def compare_outputs(tmp_path: Path, tag: str, what: str, want) -> list[str]:
+    """The driver's dq, dk, dv of one check against the float64 ``want``: nothing past the end, the whole tensor
+    and every row within tolerance. Returns the failures' messages."""
+    failures = []
+    for n, ref in zip(("dq", "dk", "dv"), want):
+        got = np.fromfile(tmp_path / f"{tag}_{n}.out", dtype=bf16())
+        body, guard = got[:ref.size].reshape(ref.shape), got[ref.size:].astype(np.float32)
+        try:
+            assert np.isnan(guard).all(), f"{what}: {n} written past its end"
+            assert_close(body, ref, dtype="bfloat16", name=f"{what}: {n}")
+            assert_rows_close(body, ref, f"{what}: {n}")
+        except AssertionError as e:
+            failures.append(str(e))
+    return failures
 
 
 # (cu_q, cu_k, Hq, Hkv, D, causal): GQA, causal: one query against 30 keys, a sequence without queries (its keys get
@@ -207,22 +220,10 @@ def test_varlen_on_the_cpu(tmp_path):
             blocks.append(run_block(tmp_path, tag, v.launches(p, v.default(p)), arrays, (p.fwd.cu_q, p.fwd.cu_k)))
             expected.append((tag, f"varlen {v.label} {cq} {ck} Hq{Hq} Hkv{Hkv} d{D} causal={causal}", cq, ck,
                              causal, inputs))
-    files = [AB.PREP_SOURCE.file, AB.V0_SOURCE.file, AB.V1_SOURCE.file]
-    for f in dict.fromkeys(files):
-        (tmp_path / Path(f).name).write_text(emulated_source(KERNELS / f))
-    run_emulated_driver(tmp_path, DRIVER_HEAD, blocks, DRIVER_TAIL, files,
-                        [KERNELS / "attention_bwd", KERNELS / "attention", KERNELS / "include"])
+    run_driver(tmp_path, blocks)
     failures = []
     for tag, what, cq, ck, causal, x in expected:
         want = AB.varlen_reference_grads(x["q"], x["k"], x["v"], x["dout"], np.array(cq, np.int32),
                                          np.array(ck, np.int32), causal)
-        for n, ref in zip(("dq", "dk", "dv"), want):
-            got = np.fromfile(tmp_path / f"{tag}_{n}.out", dtype=bf16())
-            body, guard = got[:ref.size].reshape(ref.shape), got[ref.size:].astype(np.float32)
-            try:
-                assert np.isnan(guard).all(), f"{what}: {n} written past its end"
-                assert_close(body, ref, dtype="bfloat16", name=f"{what}: {n}")
-                assert_rows_close(body, ref, f"{what}: {n}")
-            except AssertionError as e:
-                failures.append(str(e))
+        failures += compare_outputs(tmp_path, tag, what, want)
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
