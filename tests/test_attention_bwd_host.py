@@ -200,3 +200,21 @@ def test_varlen_rejects():
         v.validate(*good, cq, np.array([0, 40, 140], np.int32))
     with pytest.raises(ValueError, match="never decrease"):
         v.validate(*good, np.array([0, 306, 305], np.int32), ck)
+
+
+def test_varlen_reference_is_the_dense_reference_per_sequence():
+    """Each packed sequence's gradients are reference_grads of that sequence alone (as [1, H, S, D]); a sequence
+    without queries leaves its keys' gradients 0, one without keys its queries'."""
+    rng = np.random.default_rng(1603)
+    cq, ck, Hq, Hkv, D = [0, 3, 3, 10, 14], [0, 5, 9, 9, 16], 4, 2, 8
+    q, dout = rng.standard_normal((cq[-1], Hq, D)), rng.standard_normal((cq[-1], Hq, D))
+    k, v = rng.standard_normal((ck[-1], Hkv, D)), rng.standard_normal((ck[-1], Hkv, D))
+    dq, dk, dv = AB.varlen_reference_grads(q, k, v, dout, np.array(cq, np.int32), np.array(ck, np.int32), True)
+    heads = lambda a, lo, hi: a[lo:hi].transpose(1, 0, 2)[None]      # noqa: E731
+    for b in (0, 3):                                                  # sequences with queries and keys
+        want = AB.reference_grads(heads(q, cq[b], cq[b + 1]), heads(k, ck[b], ck[b + 1]), heads(v, ck[b], ck[b + 1]),
+                                  heads(dout, cq[b], cq[b + 1]), True)
+        for got, w, (lo, hi) in zip((dq, dk, dv), want, [(cq[b], cq[b + 1]), (ck[b], ck[b + 1]), (ck[b], ck[b + 1])]):
+            np.testing.assert_allclose(got[lo:hi], w[0].transpose(1, 0, 2), rtol=1e-12, atol=1e-12)
+    assert not dk[ck[1]:ck[2]].any() and not dv[ck[1]:ck[2]].any()   # sequence 1: keys, no queries
+    assert not dq[cq[2]:cq[3]].any()                                   # sequence 2: queries, no keys
