@@ -12,7 +12,7 @@ import numpy as np
 from kernels import attention as A
 from kernels import attention_bwd as AB
 from tests.build_helpers import emu_launch_code, emulated_source, run_emulated_driver
-from tests.fakes import FakeDeviceArray
+from tests.fakes import ATTN_BWD_NAMES, attn_bwd_arrays
 from utils.arrays import bf16
 from utils.check import assert_close
 from utils.paths import KERNELS
@@ -28,7 +28,6 @@ CASES = [(1, 1, 1, 1, 1, 64, False),           # one query, one key
          (1, 2, 2, 1, 70, 128, True),          # decode: one query sees every key
          (1, 1, 1, 139, 204, 64, True)]        # 2-4 key blocks, Sk - Sq = 65: a block's first query row is 63 or 127,
                                                # the last row of a tile (later blocks skip the tiles above)
-NAMES = ("q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv")
 
 DRIVER_HEAD = r"""
 #include "cuda_emu.h"
@@ -78,14 +77,6 @@ def make_inputs(B, Hq, Hkv, Sq, Sk, D, causal, seed):
     return {"q": q, "k": k, "v": v, "out": out.astype(bf16()), "lse": lse.astype(np.float32), "dout": dout}
 
 
-def fakes(B, Hq, Hkv, Sq, Sk, D):
-    shapes = {"q": (B, Hq, Sq, D), "k": (B, Hkv, Sk, D), "v": (B, Hkv, Sk, D), "out": (B, Hq, Sq, D),
-              "lse": (B, Hq, Sq), "dout": (B, Hq, Sq, D), "dq": (B, Hq, Sq, D), "dk": (B, Hkv, Sk, D),
-              "dv": (B, Hkv, Sk, D)}
-    return [FakeDeviceArray(shapes[n], np.float32 if n == "lse" else bf16(), ptr=(i + 1) << 36)
-            for i, n in enumerate(NAMES)]
-
-
 def c_value(a, names: dict, workspaces: dict) -> str:
     """A launch argument as a C++ expression of the driver's buffers."""
     if isinstance(a, Workspace):
@@ -105,14 +96,14 @@ def c_value(a, names: dict, workspaces: dict) -> str:
 def run_block(tmp_path: Path, tag: str, launches, arrays, offsets=()) -> str:
     """One check: load inputs, poison outputs and workspaces, run the launches, write dq, dk, dv. ``offsets``: a
     varlen batch's (cu_q, cu_k) as the plan holds them."""
-    names = {id(x): n for n, x in zip(NAMES, arrays)}
+    names = {id(x): n for n, x in zip(ATTN_BWD_NAMES, arrays)}
     names.update({id(c): n for n, c in zip(("cu_q", "cu_k"), offsets)})
     workspaces: dict = {}
     calls = [emu_launch_code(ln, ", ".join(c_value(a, names, workspaces) for a in ln.args)) for ln in launches]
     lines = [f"{{ // {tag}"]
     lines += [f"    std::vector<int> {n}{{{', '.join(map(str, np.asarray(c).tolist()))}}};"
               for n, c in zip(("cu_q", "cu_k"), offsets)]
-    for n, x in zip(NAMES, arrays):
+    for n, x in zip(ATTN_BWD_NAMES, arrays):
         t = "float" if n == "lse" else "__nv_bfloat16"
         lines.append(f'    auto {n} = load<{t}>("{tmp_path}/{tag}_{n}.bin", {x.size}, {GUARD});')
     for name, ws in workspaces.values():
@@ -129,7 +120,7 @@ def build_checks(tmp_path: Path):
     for ci, (B, Hq, Hkv, Sq, Sk, D, causal) in enumerate(CASES):
         inputs = make_inputs(B, Hq, Hkv, Sq, Sk, D, causal, SEED + ci)
         for v in AB.ATTN_BWD.values():
-            arrays = fakes(B, Hq, Hkv, Sq, Sk, D)
+            arrays = attn_bwd_arrays((B, Hq, Sq, D), (B, Hkv, Sk, D), (B, Hq, Sq))
             p = v.validate(*arrays, causal=causal)
             for config in v.all_configs(p):
                 tag = f"c{ci}_{v.label}_{config.bn}x{config.bm}"
@@ -208,11 +199,8 @@ def test_varlen_on_the_cpu(tmp_path):
     for ci, (cq, ck, Hq, Hkv, D, causal) in enumerate(VARLEN_CASES):
         inputs = varlen_inputs(cq, ck, Hq, Hkv, D, causal, SEED + 100 + ci)
         Tq, Tk = cq[-1], ck[-1]
-        shapes = {"q": (Tq, Hq, D), "k": (Tk, Hkv, D), "v": (Tk, Hkv, D), "out": (Tq, Hq, D), "lse": (Hq, Tq),
-                  "dout": (Tq, Hq, D), "dq": (Tq, Hq, D), "dk": (Tk, Hkv, D), "dv": (Tk, Hkv, D)}
         for v in AB.ATTN_BWD_VARLEN.values():
-            arrays = [FakeDeviceArray(shapes[n], np.float32 if n == "lse" else bf16(), ptr=(i + 1) << 36)
-                      for i, n in enumerate(NAMES)]
+            arrays = attn_bwd_arrays((Tq, Hq, D), (Tk, Hkv, D), (Hq, Tq))
             p = v.validate(*arrays, np.array(cq, np.int32), np.array(ck, np.int32), causal=causal)
             tag = f"varlen{ci}_{v.label}"
             for n, x in inputs.items():

@@ -7,7 +7,7 @@ import pytest
 
 from kernels import attention as A
 from kernels import attention_bwd as AB
-from tests.fakes import FakeDeviceArray
+from tests.fakes import FakeDeviceArray, attn_bwd_arrays
 from utils.arrays import bf16
 from utils.version import Workspace
 
@@ -73,15 +73,8 @@ def test_flops_are_two_and_a_half_forwards():
     assert AB.flops(1, 1, 3, 3, 128, True) == 2.5 * 4.0 * 128 * (1 + 2 + 3)
 
 
-NAMES = ("q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv")
-
-
 def arrays(B=2, Hq=4, Hkv=2, Sq=33, Sk=70, D=64, **over):
-    q_like, kv_like = (B, Hq, Sq, D), (B, Hkv, Sk, D)
-    shapes = {"q": q_like, "k": kv_like, "v": kv_like, "out": q_like, "lse": (B, Hq, Sq), "dout": q_like,
-              "dq": q_like, "dk": kv_like, "dv": kv_like}
-    return [over.get(n, FakeDeviceArray(shapes[n], np.float32 if n == "lse" else bf16(), ptr=(i + 1) << 32))
-            for i, n in enumerate(NAMES)]
+    return attn_bwd_arrays((B, Hq, Sq, D), (B, Hkv, Sk, D), (B, Hq, Sq), **over)
 
 
 def test_problem():
@@ -167,10 +160,7 @@ def test_ladder_shapes_and_cost():
 
 
 def varlen_arrays(cq, ck, Hq=4, Hkv=2, D=64):
-    Tq, Tk = cq[-1], ck[-1]
-    shapes = [(Tq, Hq, D), (Tk, Hkv, D), (Tk, Hkv, D), (Tq, Hq, D), (Hq, Tq), (Tq, Hq, D), (Tq, Hq, D), (Tk, Hkv, D),
-              (Tk, Hkv, D)]
-    return [FakeDeviceArray(s, np.float32 if len(s) == 2 else bf16(), ptr=(i + 1) << 36) for i, s in enumerate(shapes)]
+    return attn_bwd_arrays((cq[-1], Hq, D), (ck[-1], Hkv, D), (Hq, cq[-1]))
 
 
 def test_varlen_plans_cover_the_longest_sequence():
